@@ -1,0 +1,86 @@
+"""The exceptions celery_durable_beat raises.
+
+Every error the package raises on purpose derives from one root, so callers can catch
+``DurableBeatError`` and know it is ours::
+
+    DurableBeatError
+    ├── ConfigError                 one or more schedule definitions are invalid (carries the list)
+    ├── OccurrenceSearchError       a bounded occurrence search ran out of steps
+    ├── ScheduleNotFound            (also LookupError) no schedule by that name
+    ├── StoreError                  the store cannot be used
+    │   ├── StoreUnavailable        the database does not answer (URL shown without password)
+    │   ├── SchemaOutdated          the schema needs ``celery -A proj durable-beat migrate``
+    │   └── StaleEpoch              a write carried a fencing epoch older than the newest seen
+    ├── LeaseError                  the leader lease backend failed
+    └── InvalidArgument             (also ValueError) a caller passed a value out of range
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class DurableBeatError(Exception):
+    """Root of every error raised on purpose by celery_durable_beat."""
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One thing wrong with one field of one schedule entry, with the fix."""
+
+    entry: str
+    field: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f'schedule "{self.entry}": {self.problem}'
+
+
+class ConfigError(DurableBeatError):
+    """Invalid schedule definitions; every problem of one config is collected in ``problems``."""
+
+    def __init__(self, problems: Sequence[ConfigProblem]) -> None:
+        self.problems: tuple[ConfigProblem, ...] = tuple(problems)
+        count = len(self.problems)
+        head = f"{count} invalid schedule setting{'s' if count != 1 else ''}"
+        super().__init__("\n".join([head, *(f"  - {p}" for p in self.problems)]))
+
+
+class OccurrenceSearchError(DurableBeatError):
+    """A search for the next occurrence gave up after its step bound instead of looping."""
+
+
+class ScheduleNotFound(DurableBeatError, LookupError):
+    """No schedule has the given name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f'no schedule named "{name}"; `celery durable-beat list` shows them')
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class StoreError(DurableBeatError):
+    """The schedule store cannot be used."""
+
+
+class StoreUnavailable(StoreError):
+    """The database did not answer; the message names the URL without its password."""
+
+
+class SchemaOutdated(StoreError):
+    """The database schema is older than this version of the package."""
+
+
+class StaleEpoch(StoreError):
+    """A write carried a fencing epoch older than the newest the store has seen."""
+
+
+class LeaseError(DurableBeatError):
+    """The leader lease backend failed (not: the lease is held by another beat)."""
+
+
+class InvalidArgument(DurableBeatError, ValueError):
+    """A caller passed a value outside its documented range."""

@@ -1,0 +1,65 @@
+"""Identity of ticks: task ids and the deterministic jitter.
+
+A tick is (schedule, planned instant). Its task id is derived from that identity alone, so a
+replayed publish of the same tick carries the same id and can be recognised downstream. The id is
+readable because Flower shows no custom headers but finds a task by any part of its id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from datetime import datetime, timezone
+
+_OUTSIDE_KEY = re.compile(r"[^a-z0-9._-]+")
+
+
+def schedule_key(name: str) -> str:
+    """The id-safe key of a schedule name (SPEC §4).
+
+    Lower-cased; each run of characters outside ``[a-z0-9._-]`` becomes ``-``; when that changed
+    anything, ``-`` and the first 8 hex digits of the SHA-1 of the lower-cased name follow, so two
+    distinct names never share a key.
+    """
+    lowered = name.lower()
+    key = _OUTSIDE_KEY.sub("-", lowered)
+    if key != lowered:
+        digest = hashlib.sha1(lowered.encode("utf-8"), usedforsecurity=False).hexdigest()
+        key = f"{key}-{digest[:8]}"
+    return key
+
+
+def format_tick_instant(tick_ms: int) -> str:
+    """ISO 8601 UTC with ``Z``; ``.mmm`` only when the tick has milliseconds."""
+    seconds, millis = divmod(tick_ms, 1000)
+    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{millis:03d}Z" if millis else f"{base}Z"
+
+
+def tick_task_id(name: str, tick_ms: int) -> str:
+    """The Celery task id of an automatic tick, e.g. ``nightly-digest@2026-11-30T03:00:00Z``."""
+    return f"{schedule_key(name)}@{format_tick_instant(tick_ms)}"
+
+
+def manual_task_id(name: str, idempotency_key: str | None = None) -> str:
+    """The task id of a manual run: derived from the idempotency key when given, else random."""
+    if idempotency_key is None:
+        suffix = uuid.uuid4().hex
+    else:
+        material = f"{name.lower()}\x00{idempotency_key}".encode()
+        suffix = hashlib.sha256(material).hexdigest()[:32]
+    return f"{schedule_key(name)}@manual-{suffix}"
+
+
+def jitter_offset_ms(name: str, tick_ms: int, jitter_seconds: float) -> int:
+    """A deterministic delay in [0, jitter] for (schedule, tick), in milliseconds.
+
+    Derived from a hash rather than a random draw so every beat, and every replay of the same
+    tick, waits the same amount: the dispatch instant is part of the tick's identity contract.
+    """
+    jitter_ms = round(jitter_seconds * 1000)
+    if jitter_ms <= 0:
+        return 0
+    digest = hashlib.sha256(f"{name.lower()}@{tick_ms}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % (jitter_ms + 1)

@@ -1,0 +1,178 @@
+"""The missed-run planner: which due ticks fire now, which are dropped, and what comes next.
+
+Pure: it takes the schedule's next planned tick and ``now`` and returns a :class:`Plan`. The
+rules are SPEC §4's table:
+
+==========  ================================================================================
+policy      fires when more than one occurrence is due
+==========  ================================================================================
+skip        only the latest due occurrence
+run_once    one catch-up for the earliest missed occurrence; continues from the next future one
+backfill    the ``backfill_max`` most recent due occurrences, oldest first
+==========  ================================================================================
+
+A single due occurrence fires late rather than being skipped. ``max_lateness`` then drops any
+occurrence about to fire later than that after its planned dispatch instant (reason
+``too_late``). Dropped occurrences are summarised, never silent. Enumeration is bounded to
+:data:`MAX_ENUMERATION` ticks; past that, the ticks to fire are found by a bounded backward
+search and the dropped ones are counted (exactly for intervals, by bounded enumeration for cron).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from celery_durable_beat.model import MissedPolicy, Reason
+from celery_durable_beat.schedules.occurrences import (
+    MAX_ENUMERATION,
+    count_ticks,
+    next_tick,
+    ticks_between,
+)
+from celery_durable_beat.schedules.spec import IntervalSpec, ScheduleSpec
+
+MAX_COUNTED = 20 * MAX_ENUMERATION
+"""Most dropped cron ticks counted one by one; past that the count is a lower bound."""
+
+_MAX_WIDENINGS = 64
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """Occurrences not fired for one reason: how many and the range."""
+
+    reason: Reason
+    count: int
+    first_ms: int
+    last_ms: int
+    exact: bool = True
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one round does for one schedule."""
+
+    fire: tuple[int, ...]
+    next_tick_ms: int
+    dropped: tuple[Dropped, ...] = ()
+
+    @property
+    def dropped_count(self) -> int:
+        return sum(d.count for d in self.dropped)
+
+
+def plan(
+    spec: ScheduleSpec,
+    next_tick_ms: int,
+    now_ms: int,
+    missed: MissedPolicy,
+    backfill_max: int = 10,
+    max_lateness_ms: int | None = None,
+    jitter_ms: Callable[[int], int] | None = None,
+) -> Plan:
+    """Plan the round at ``now_ms`` for a schedule whose next planned tick is ``next_tick_ms``."""
+    if not 1 <= backfill_max <= MAX_ENUMERATION:
+        raise ValueError(f"backfill_max {backfill_max} is outside 1..{MAX_ENUMERATION}")
+    if next_tick_ms > now_ms:
+        return Plan((), next_tick_ms)
+    head = [next_tick_ms, *ticks_between(spec, next_tick_ms, now_ms, MAX_ENUMERATION - 1)]
+    following = next_tick(spec, head[-1])
+    if following > now_ms:
+        fire, missed_ticks = _choose(head, missed, backfill_max)
+        dropped = _summary(missed_ticks)
+        upcoming = following
+    else:
+        fire, dropped, upcoming = _choose_overflow(spec, head, now_ms, missed, backfill_max)
+    return _apply_lateness(fire, upcoming, dropped, now_ms, max_lateness_ms, jitter_ms)
+
+
+def _choose(
+    due: Sequence[int], missed: MissedPolicy, backfill_max: int
+) -> tuple[list[int], list[int]]:
+    if missed is MissedPolicy.SKIP:
+        return [due[-1]], list(due[:-1])
+    if missed is MissedPolicy.RUN_ONCE:
+        return [due[0]], list(due[1:])
+    keep = min(backfill_max, len(due))
+    return list(due[-keep:]), list(due[:-keep])
+
+
+def _summary(ticks: Sequence[int], reason: Reason = Reason.MISSED) -> tuple[Dropped, ...]:
+    if not ticks:
+        return ()
+    return (Dropped(reason, len(ticks), ticks[0], ticks[-1]),)
+
+
+def _choose_overflow(
+    spec: ScheduleSpec, head: Sequence[int], now_ms: int, missed: MissedPolicy, backfill_max: int
+) -> tuple[list[int], tuple[Dropped, ...], int]:
+    """More than MAX_ENUMERATION ticks are due: find the ones to fire without walking them all."""
+    upcoming = next_tick(spec, now_ms)
+    if missed is MissedPolicy.RUN_ONCE:
+        fire = [head[0]]
+        drop_after, drop_until = head[0], now_ms
+    else:
+        keep = 1 if missed is MissedPolicy.SKIP else backfill_max
+        fire = latest_ticks(spec, head[0], now_ms, keep)
+        drop_after, drop_until = head[0] - 1, fire[0] - 1
+    count, last, exact = _count_span(spec, drop_after, drop_until)
+    first = head[1] if missed is MissedPolicy.RUN_ONCE else head[0]
+    return fire, (Dropped(Reason.MISSED, count, first, last, exact),), upcoming
+
+
+def _count_span(spec: ScheduleSpec, after_ms: int, until_ms: int) -> tuple[int, int, bool]:
+    """(count, last tick, exact) of the ticks in ``(after_ms, until_ms]``."""
+    if isinstance(spec, IntervalSpec):
+        return count_ticks(spec, after_ms, until_ms), until_ms // spec.every_ms * spec.every_ms, True
+    count, cursor, last = 0, after_ms, after_ms
+    while count < MAX_COUNTED:
+        chunk = ticks_between(spec, cursor, until_ms, MAX_ENUMERATION)
+        if not chunk:
+            return count, last, True
+        count += len(chunk)
+        cursor = last = chunk[-1]
+    exact = next_tick(spec, cursor) > until_ms
+    if not exact:
+        last = latest_ticks(spec, cursor, until_ms, 1)[0]
+    return count, last, exact
+
+
+def latest_ticks(spec: ScheduleSpec, floor_ms: int, now_ms: int, k: int) -> list[int]:
+    """The latest ``k`` ticks in ``[floor_ms, now_ms]`` (fewer if fewer exist), oldest first.
+
+    Widens a window back from ``now_ms`` until it holds ``k`` ticks; when a window holds more
+    than one enumeration allows, it narrows again. Both loops are bounded.
+    """
+    if isinstance(spec, IntervalSpec):
+        last = now_ms // spec.every_ms * spec.every_ms
+        first = max(last - (k - 1) * spec.every_ms, -(-floor_ms // spec.every_ms) * spec.every_ms)
+        return list(range(first, last + 1, spec.every_ms))
+    narrow, wide = 0, 1000
+    for _ in range(_MAX_WIDENINGS):
+        start = max(floor_ms - 1, now_ms - wide)
+        found = ticks_between(spec, start, now_ms, MAX_ENUMERATION)
+        complete = len(found) < MAX_ENUMERATION or next_tick(spec, found[-1]) > now_ms
+        if complete and (len(found) >= k or start == floor_ms - 1):
+            return found[-k:]
+        if complete:
+            narrow, wide = wide, wide * 2
+        else:
+            wide = (narrow + wide) // 2
+    raise ValueError(f"no window of {k} ticks found before {now_ms}")  # pragma: no cover
+
+
+def _apply_lateness(
+    fire: list[int],
+    upcoming: int,
+    dropped: tuple[Dropped, ...],
+    now_ms: int,
+    max_lateness_ms: int | None,
+    jitter_ms: Callable[[int], int] | None,
+) -> Plan:
+    if max_lateness_ms is None:
+        return Plan(tuple(fire), upcoming, dropped)
+    offset = jitter_ms or (lambda _tick: 0)
+    late = [t for t in fire if now_ms - (t + offset(t)) > max_lateness_ms]
+    on_time = tuple(t for t in fire if t not in late)
+    return Plan(on_time, upcoming, dropped + _summary(late, Reason.TOO_LATE))

@@ -1,0 +1,29 @@
+"""The pure schedule layer: specs, parsing, validation and occurrences. No I/O lives here."""
+
+from celery_durable_beat.schedules.occurrences import (
+    MAX_ENUMERATION,
+    count_ticks,
+    next_tick,
+    ticks_between,
+)
+from celery_durable_beat.schedules.spec import (
+    CronSpec,
+    IntervalSpec,
+    ParsedSchedule,
+    ScheduleSpec,
+    SpecError,
+    parse_schedule,
+)
+
+__all__ = [
+    "MAX_ENUMERATION",
+    "CronSpec",
+    "IntervalSpec",
+    "ParsedSchedule",
+    "ScheduleSpec",
+    "SpecError",
+    "count_ticks",
+    "next_tick",
+    "parse_schedule",
+    "ticks_between",
+]

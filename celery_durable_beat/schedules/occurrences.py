@@ -1,0 +1,135 @@
+"""The occurrence engine: the ticks of a spec, in UTC epoch milliseconds.
+
+Intervals are arithmetic on the epoch. Cron specs walk matching wall times with croniter and map
+them to instants with the rules written down in :mod:`celery_durable_beat.schedules.dst`. Every
+search is bounded: past ``MAX_STEPS`` candidates (or croniter's own horizon) it raises
+:class:`~celery_durable_beat.exceptions.OccurrenceSearchError` instead of looping.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from functools import lru_cache
+from zoneinfo import ZoneInfo
+
+from croniter import CroniterBadDateError, croniter
+
+from celery_durable_beat.exceptions import OccurrenceSearchError
+from celery_durable_beat.schedules.dst import (
+    WallKind,
+    classify,
+    fold_bounds,
+    gap_end,
+    instant_s,
+    wall_of,
+    zone,
+)
+from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, ScheduleSpec
+
+MAX_STEPS = 10_000
+"""Most wall-time candidates one next-tick search examines."""
+
+MAX_ENUMERATION = 1000
+"""Most ticks one enumeration returns (SPEC §4: bounded per schedule per round)."""
+
+_ONE_SECOND = timedelta(seconds=1)
+
+
+def next_tick(spec: ScheduleSpec, after_ms: int) -> int:
+    """The first tick strictly after ``after_ms``."""
+    if isinstance(spec, IntervalSpec):
+        return (after_ms // spec.every_ms + 1) * spec.every_ms
+    return _next_cron_s(spec, after_ms) * 1000
+
+
+def ticks_between(
+    spec: ScheduleSpec, after_ms: int, until_ms: int, limit: int = MAX_ENUMERATION
+) -> list[int]:
+    """Ticks ``t`` with ``after_ms < t <= until_ms``, oldest first, at most ``limit`` of them."""
+    if not 0 <= limit <= MAX_ENUMERATION:
+        raise ValueError(f"limit {limit} is outside 0..{MAX_ENUMERATION}")
+    if isinstance(spec, IntervalSpec):
+        first = next_tick(spec, after_ms)
+        stop = min(until_ms, first + (limit - 1) * spec.every_ms)
+        return list(range(first, stop + 1, spec.every_ms)) if limit else []
+    ticks: list[int] = []
+    cursor = after_ms
+    while len(ticks) < limit:
+        cursor = next_tick(spec, cursor)
+        if cursor > until_ms:
+            break
+        ticks.append(cursor)
+    return ticks
+
+
+def count_ticks(spec: IntervalSpec, after_ms: int, until_ms: int) -> int:
+    """How many interval ticks lie in ``(after_ms, until_ms]``, without enumerating them."""
+    if until_ms <= after_ms:
+        return 0
+    return until_ms // spec.every_ms - after_ms // spec.every_ms
+
+
+@lru_cache(maxsize=1024)
+def _matcher(expr: str, with_seconds: bool) -> croniter:
+    return croniter(expr, datetime(2000, 1, 1), second_at_beginning=with_seconds)
+
+
+def _next_wall(spec: CronSpec, wall: datetime) -> datetime:
+    """The first matching wall time strictly after ``wall`` (naive, whole seconds)."""
+    it = _matcher(spec.expr, spec.has_seconds)
+    it.set_current(wall, force=True)
+    try:
+        found: datetime = it.get_next(datetime)
+    except CroniterBadDateError as exc:
+        raise OccurrenceSearchError(
+            f"cron {spec.expr!r} has no occurrence after {wall.isoformat()}"
+        ) from exc
+    return found
+
+
+def _next_cron_s(spec: CronSpec, after_ms: int) -> int:
+    tz = zone(spec.tz)
+    after_s = after_ms // 1000
+    wall, fold = wall_of(after_s, tz)
+    if fold == 0 and not spec.is_fixed_time and classify(wall, tz) is WallKind.FOLD:
+        return _next_from_first_pass(spec, tz, wall, after_s)
+    return _walk(spec, tz, wall, after_s)
+
+
+def _walk(spec: CronSpec, tz: ZoneInfo, wall: datetime, after_s: int) -> int:
+    """Scan matching wall times after ``wall`` and return the first instant after ``after_s``."""
+    fixed = spec.is_fixed_time
+    for _ in range(MAX_STEPS):
+        candidate = _next_wall(spec, wall)
+        kind = classify(candidate, tz)
+        if kind is WallKind.NORMAL:
+            return instant_s(candidate, tz)
+        if kind is WallKind.GAP:
+            change, end_wall = gap_end(candidate, tz)
+            if fixed and change > after_s:
+                return change
+            wall = end_wall - _ONE_SECOND  # jump over the rest of the gap
+            continue
+        first, second = instant_s(candidate, tz, 0), instant_s(candidate, tz, 1)
+        if first > after_s:
+            return first
+        if not fixed and second > after_s:
+            return second
+        wall = fold_bounds(candidate, tz)[1] - _ONE_SECOND if fixed else candidate
+    raise OccurrenceSearchError(f"cron {spec.expr!r} found no tick in {MAX_STEPS} steps")
+
+
+def _next_from_first_pass(spec: CronSpec, tz: ZoneInfo, wall: datetime, after_s: int) -> int:
+    """A wildcard entry whose search starts inside the first pass of a fold.
+
+    The next match inside the fold is still in the first pass; past the fold's end, the second
+    pass (which restarts at the fold's first wall time) comes before anything later.
+    """
+    start, end = fold_bounds(wall, tz)
+    candidate = _next_wall(spec, wall)
+    if candidate < end:
+        return instant_s(candidate, tz, 0)
+    repeat = _next_wall(spec, start - _ONE_SECOND)
+    if repeat < end:
+        return instant_s(repeat, tz, 1)
+    return _walk(spec, tz, wall, after_s)

@@ -1,0 +1,42 @@
+"""Placeholders in args and kwargs: ``{{scheduled_for}}`` and ``{{scheduled_for_ms}}``.
+
+They are filled from the tick, never from the wall clock, so a catch-up tick dispatched hours
+late still carries the instant it was planned for. ``{{scheduled_for}}`` is ISO 8601 in the
+schedule's zone, with its offset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from celery_durable_beat.schedules.dst import zone
+
+_MARKERS = ("{{scheduled_for}}", "{{scheduled_for_ms}}")
+
+
+def tick_isoformat(tick_ms: int, tz: str) -> str:
+    """The tick in its schedule's zone, ISO 8601 with offset (milliseconds only when present)."""
+    local = datetime.fromtimestamp(tick_ms / 1000, tz=timezone.utc).astimezone(zone(tz))
+    return local.isoformat(timespec="milliseconds" if tick_ms % 1000 else "seconds")
+
+
+def render(value: Any, tick_ms: int, tz: str) -> Any:
+    """A copy of ``value`` with the placeholders of every nested string filled in."""
+    values = {"{{scheduled_for}}": tick_isoformat(tick_ms, tz), "{{scheduled_for_ms}}": str(tick_ms)}
+    return _render(value, values)
+
+
+def _render(value: Any, values: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        if "{{" not in value:
+            return value
+        for marker in _MARKERS:
+            value = value.replace(marker, values[marker])
+        return value
+    if isinstance(value, Mapping):
+        return {key: _render(item, values) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_render(item, values) for item in value)
+    return value

@@ -1,0 +1,286 @@
+"""Validation of ``beat_schedule`` entries into :class:`~celery_durable_beat.model.Definition`.
+
+Every problem of a whole config is collected and raised together in one
+:class:`~celery_durable_beat.exceptions.ConfigError`: an operator fixing a config should see the
+full list at once, not one error per restart. Each problem names the entry, the field, what is
+wrong and how to fix it. Celery schedule objects (``crontab``, ``schedule``) are translated into
+plain values at the Celery edge before they reach this pure module.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import lru_cache
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
+
+from celery_durable_beat.exceptions import ConfigError, ConfigProblem, OccurrenceSearchError
+from celery_durable_beat.model import Definition, MissedPolicy, OverlapPolicy
+from celery_durable_beat.schedules.occurrences import next_tick
+from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, SpecError, parse_schedule
+
+STOCK_KEYS = ("task", "schedule", "args", "kwargs", "options", "relative")
+EXTRA_KEYS = (
+    "tz", "missed", "backfill_max", "max_lateness", "overlap", "jitter", "enabled", "description",
+)
+KNOWN_KEYS = frozenset(STOCK_KEYS + EXTRA_KEYS)
+BACKFILL_RANGE = (1, 1000)
+_PROBE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: a cron must fire at least once after it
+
+
+@dataclass(frozen=True)
+class EntryDefaults:
+    """What an entry gets when it does not say: the app's zone and missed-run policy."""
+
+    tz: str = "UTC"
+    missed: MissedPolicy = MissedPolicy.SKIP
+
+
+class _Collector:
+    def __init__(self, entry: str) -> None:
+        self.entry = entry
+        self.problems: list[ConfigProblem] = []
+
+    def add(self, field: str, problem: str) -> None:
+        self.problems.append(ConfigProblem(self.entry, field, problem))
+
+
+def validate_entries(
+    entries: Mapping[str, Mapping[str, Any]], defaults: EntryDefaults = EntryDefaults()
+) -> list[Definition]:
+    """Validate a whole ``beat_schedule``; raise one ConfigError listing every problem."""
+    problems: list[ConfigProblem] = []
+    definitions: list[Definition] = []
+    seen: dict[str, str] = {}
+    for name, entry in entries.items():
+        if name.lower() in seen:
+            problems.append(ConfigProblem(name, "name", (
+                f'name clashes with "{seen[name.lower()]}" (names are case-insensitive); '
+                "rename one of them"
+            )))
+            continue
+        seen[name.lower()] = name
+        try:
+            definitions.append(validate_entry(name, entry, defaults))
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    return definitions
+
+
+def validate_entry(
+    name: object, entry: object, defaults: EntryDefaults = EntryDefaults()
+) -> Definition:
+    """Validate one entry; raise ConfigError with all of its problems."""
+    label = name if isinstance(name, str) else repr(name)
+    found = _Collector(label)
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        found.add("name", "the name must be a non-empty string of at most 200 characters")
+    if not isinstance(entry, Mapping):
+        found.add("entry", f"the entry is a {type(entry).__name__}; give a dict")
+        raise ConfigError(found.problems)
+    _check_unknown_keys(entry, found)
+    values = _check_fields(entry, defaults, found)
+    if found.problems:
+        raise ConfigError(found.problems)
+    return Definition(name=label, **values)
+
+
+def _check_unknown_keys(entry: Mapping[str, Any], found: _Collector) -> None:
+    for key in entry:
+        if key not in KNOWN_KEYS:
+            close = difflib.get_close_matches(str(key), sorted(KNOWN_KEYS), n=1)
+            hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(sorted(KNOWN_KEYS))}"
+            found.add(str(key), f'unknown key "{key}"; {hint}')
+
+
+def _check_fields(
+    entry: Mapping[str, Any], defaults: EntryDefaults, found: _Collector
+) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    task = entry.get("task")
+    if not isinstance(task, str) or not task.strip():
+        found.add("task", 'task is missing; give the task name, e.g. "proj.tasks.cleanup"')
+    values["task"] = task
+    values["spec"] = _check_schedule(entry, defaults, found)
+    values["args"] = _check_args(entry.get("args", ()), found)
+    values["kwargs"] = _check_mapping(entry, "kwargs", found)
+    values["options"] = _check_mapping(entry, "options", found)
+    values["missed"] = _check_choice(entry, "missed", MissedPolicy, defaults.missed, found)
+    values["overlap"] = _check_choice(entry, "overlap", OverlapPolicy, OverlapPolicy.ALLOW, found)
+    values["backfill_max"] = _check_backfill(entry.get("backfill_max", 10), found)
+    values["max_lateness"] = _check_seconds(entry, "max_lateness", None, found)
+    values["jitter"] = _check_seconds(entry, "jitter", 0.0, found) or 0.0
+    values["enabled"] = _check_bool(entry, "enabled", found)
+    values["description"] = _check_description(entry.get("description"), found)
+    if entry.get("relative"):
+        found.add("relative", "relative=True is not supported: intervals are aligned to the Unix "
+                  "epoch so tick ids survive restarts; remove relative")
+    return values
+
+
+def _check_schedule(
+    entry: Mapping[str, Any], defaults: EntryDefaults, found: _Collector
+) -> CronSpec | IntervalSpec | None:
+    if "schedule" not in entry:
+        found.add("schedule", 'schedule is missing; give e.g. "0 3 * * *" or "@every 30s"')
+        return None
+    explicit_tz = entry.get("tz")
+    tz_ok = explicit_tz is None or _check_zone(explicit_tz, "tz", found)
+    try:
+        parsed = parse_schedule(entry["schedule"], explicit_tz if tz_ok and explicit_tz else defaults.tz)
+    except SpecError as exc:
+        found.add("schedule", str(exc))
+        return None
+    spec = parsed.spec
+    if isinstance(spec, IntervalSpec):
+        if explicit_tz is not None:
+            found.add("tz", "an interval is aligned to the Unix epoch in UTC and takes no tz; "
+                      "remove tz or use a cron expression")
+        return spec
+    if parsed.cron_tz is not None:
+        if not _check_zone(parsed.cron_tz, "schedule", found):
+            return None
+        if explicit_tz is not None and explicit_tz != parsed.cron_tz:
+            found.add("tz", f'tz "{explicit_tz}" conflicts with CRON_TZ={parsed.cron_tz}; '
+                      "keep only one of them")
+            return None
+    elif explicit_tz is None and not _check_zone(defaults.tz, "tz", found):
+        return None
+    if not tz_ok:
+        return None
+    try:
+        next_tick(spec, _PROBE_MS)
+    except OccurrenceSearchError:
+        found.add("schedule", f'"{spec.expr}" never fires; check the day and month fields')
+        return None
+    return spec
+
+
+@lru_cache(maxsize=1)
+def _zone_names() -> dict[str, str]:
+    return {z.lower(): z for z in available_timezones()}
+
+
+def zone_problem(name: object) -> str | None:
+    """Why ``name`` is not an IANA zone, with a suggestion, or None when it is one."""
+    if not isinstance(name, str) or not name:
+        return f"tz {name!r} is not an IANA zone name; use e.g. \"Europe/Berlin\""
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        pass
+    else:
+        return None
+    names = _zone_names()
+    lowered = name.lower().replace(" ", "_")
+    by_city = [z for low, z in names.items() if low == lowered or low.endswith("/" + lowered)]
+    close = by_city or difflib.get_close_matches(name, sorted(names.values()), n=1)
+    example = close[0] if close else "Europe/Berlin"
+    return f'tz "{name}" is not an IANA zone; use e.g. "{example}"'
+
+
+def _check_zone(name: object, field: str, found: _Collector) -> bool:
+    problem = zone_problem(name)
+    if problem:
+        found.add(field, problem)
+    return problem is None
+
+
+def _check_args(value: object, found: _Collector) -> tuple[Any, ...]:
+    if not isinstance(value, (list, tuple)):
+        found.add("args", f"args is a {type(value).__name__}; give a list, e.g. [1, 2]")
+        return ()
+    _check_json("args", value, found)
+    return tuple(value)
+
+
+def _check_mapping(entry: Mapping[str, Any], field: str, found: _Collector) -> dict[str, Any]:
+    value = entry.get(field) or {}
+    if not isinstance(value, Mapping):
+        found.add(field, f"{field} is a {type(value).__name__}; give a dict")
+        return {}
+    _check_json(field, value, found)
+    return dict(value)
+
+
+def _check_json(field: str, value: object, found: _Collector) -> None:
+    bad = _first_non_json(value)
+    if bad is not None:
+        found.add(field, f"{field} holds {bad}, which cannot be stored as JSON; "
+                  "use strings, numbers, booleans, None, lists and dicts with string keys")
+
+
+def _first_non_json(value: object) -> str | None:
+    if value is None or isinstance(value, (str, bool, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else repr(value)
+    if isinstance(value, (list, tuple)):
+        return next((b for b in map(_first_non_json, value) if b is not None), None)
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"the non-string key {key!r}"
+            bad = _first_non_json(item)
+            if bad is not None:
+                return bad
+        return None
+    return f"a {type(value).__name__}"
+
+
+def _check_choice(
+    entry: Mapping[str, Any], field: str, enum: Any, default: Any, found: _Collector
+) -> Any:
+    value = entry.get(field, default)
+    try:
+        return enum(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in enum)
+        found.add(field, f'{field} "{value}" is not one of {allowed}')
+        return default
+
+
+def _check_backfill(value: object, found: _Collector) -> int:
+    low, high = BACKFILL_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        found.add("backfill_max", f"backfill_max {value!r} is not a whole number in {low}..{high}")
+        return 10
+    return value
+
+
+def _check_seconds(
+    entry: Mapping[str, Any], field: str, default: float | None, found: _Collector
+) -> float | None:
+    value = entry.get(field, default)
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        found.add(field, f"{field} {value!r} is not a number of seconds")
+        return default
+    if value < 0:
+        found.add(field, f"{field} {value!r} is negative; give seconds >= 0")
+        return default
+    return float(value)
+
+
+def _check_bool(entry: Mapping[str, Any], field: str, found: _Collector) -> bool:
+    value = entry.get(field, True)
+    if not isinstance(value, bool):
+        found.add(field, f"{field} {value!r} is not true or false")
+        return True
+    return value
+
+
+def _check_description(value: object, found: _Collector) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    found.add("description", f"description is a {type(value).__name__}; give text")
+    return None

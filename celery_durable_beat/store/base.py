@@ -1,0 +1,241 @@
+"""The store contract: what the dispatch round, config sync and the control API need of storage.
+
+Rules every backend keeps (the contract tests in ``tests/integration/test_store_contract.py`` hold
+each one to them):
+
+1. **Time.** ``now_ms()`` is the database's clock. The leader judges what is due by it.
+2. **Due rows.** ``claim_due(now_ms, limit)`` yields at most ``limit`` active schedules whose
+   ``next_due_ms <= now_ms``, earliest first, from one indexed query. Work follows what is due:
+   idle rows are never read. Paused, archived and quarantined rows have ``next_due_ms`` NULL.
+   On PostgreSQL the rows stay locked (``FOR UPDATE SKIP LOCKED``) until the claim ends, so a
+   second beat cannot work on them meanwhile.
+3. **Audit before advance.** ``Claim.record`` writes audit events and commits them when the claim
+   ends. An ``enqueued`` event is unique per task id: a second one for the same task id is
+   ignored, never an error, so replaying a tick is safe.
+4. **Fencing.** Every audit write and every advance carries the writer's epoch. The store keeps
+   the newest epoch it has seen; a write with an older one raises ``StaleEpoch`` and changes
+   nothing.
+5. **Compare-and-set advance.** ``advance`` moves a schedule only if its ``next_tick_ms`` still
+   equals what the round read; otherwise that item reports ``False`` and nothing changes.
+6. **History outlives schedules.** Audit events are keyed by schedule name, not by row id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from celery_durable_beat.model import (
+    Definition,
+    Outcome,
+    ScheduleState,
+    Source,
+    Trigger,
+)
+
+
+@dataclass(frozen=True)
+class DueSchedule:
+    """A schedule the round must look at now."""
+
+    id: int
+    name: str
+    definition: Definition
+    version: int
+    next_tick_ms: int
+    last_tick_ms: int | None
+    failures: int
+
+
+@dataclass(frozen=True)
+class ScheduleRecord:
+    """A whole schedule row, for the control surfaces."""
+
+    id: int
+    name: str
+    definition: Definition
+    definition_hash: str
+    version: int
+    source: Source
+    state: ScheduleState
+    next_tick_ms: int | None
+    next_due_ms: int | None
+    last_tick_ms: int | None
+    last_outcome: Outcome | None
+    failures: int
+    created_at_ms: int
+    updated_at_ms: int
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One audit record; ``detail`` holds counts and ranges, never payloads or error text."""
+
+    schedule: str
+    tick_ms: int
+    task_id: str | None
+    trigger: Trigger
+    outcome: Outcome
+    reason: str | None = None
+    lag_ms: int | None = None
+    version: int = 0
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    """An audit record as read back, with the run state the worker side tracked for it."""
+
+    id: int
+    schedule: str
+    tick_ms: int
+    task_id: str | None
+    trigger: Trigger
+    outcome: Outcome
+    reason: str | None
+    lag_ms: int | None
+    version: int
+    epoch: int
+    recorded_at_ms: int
+    detail: Mapping[str, Any]
+    run_state: str | None
+
+
+@dataclass(frozen=True)
+class Advance:
+    """Move one schedule on, if it is still where the round found it."""
+
+    schedule_id: int
+    expected_next_tick_ms: int
+    next_tick_ms: int
+    next_due_ms: int | None
+    last_tick_ms: int | None
+    last_outcome: Outcome | None
+    failures: int
+    state: ScheduleState = ScheduleState.ACTIVE
+
+
+@dataclass(frozen=True)
+class UpsertResult:
+    """What an upsert did: ``created``, ``updated`` or ``unchanged``."""
+
+    name: str
+    status: str
+    version: int
+
+
+@dataclass(frozen=True)
+class LeaderInfo:
+    """The store's view of leadership (the store lease row, or the epoch a Redis lease registered)."""
+
+    holder: str | None
+    epoch: int
+    expires_at_ms: int | None
+
+
+class Claim(Protocol):
+    """The due rows of one round; audit events recorded here commit when the claim ends."""
+
+    schedules: Sequence[DueSchedule]
+
+    def enqueued_task_ids(self, task_ids: Sequence[str]) -> set[str]:
+        """Which of these task ids already have an ``enqueued`` record."""
+
+    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
+        """Write audit events (``enqueued`` ones once per task id); raise StaleEpoch if fenced."""
+
+
+class Store(Protocol):
+    """Durable schedules, audit history and the fencing epoch."""
+
+    url: str
+
+    def now_ms(self) -> int:
+        """The database's clock, UTC epoch milliseconds."""
+
+    def earliest_due_ms(self) -> int | None:
+        """The smallest ``next_due_ms`` of any active schedule (one index probe)."""
+
+    def claim_due(self, now_ms: int, limit: int) -> AbstractContextManager[Claim]:
+        """The due rows of one round (see rule 2)."""
+
+    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
+        """Compare-and-set each advance; True where it applied. Raise StaleEpoch if fenced."""
+
+    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
+        """Write audit events outside a claim (manual runs, control actions)."""
+
+    # -- schema -----------------------------------------------------------------------------
+    def ensure_schema(self) -> None:
+        """Create the schema on an empty database; raise SchemaOutdated on an old one."""
+
+    def migrate(self) -> str:
+        """Create or upgrade the schema to the newest revision; return that revision."""
+
+    # -- definitions (config sync and the control API) ------------------------------------
+    def get(self, name: str) -> ScheduleRecord | None:
+        """The schedule with this name, compared case-insensitively."""
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        """Every schedule, archived ones included, ordered by name (control surfaces only)."""
+
+    def upsert(
+        self, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
+    ) -> UpsertResult:
+        """Create, update (version + 1, re-planned to ``first_tick_ms``) or leave unchanged.
+
+        A changed or re-activated schedule takes state ``active`` (``paused`` when the
+        definition says ``enabled: false``), ``next_tick_ms = first_tick_ms`` and failures 0.
+        An archived schedule whose definition is unchanged is re-activated the same way.
+        """
+
+    def archive_missing(self, keep_names: Sequence[str], source: Source, now_ms: int) -> list[str]:
+        """Archive every non-archived schedule of ``source`` whose name is not in ``keep_names``."""
+
+    def set_state(
+        self,
+        name: str,
+        state: ScheduleState,
+        now_ms: int,
+        next_tick_ms: int | None = None,
+        next_due_ms: int | None = None,
+    ) -> ScheduleRecord:
+        """Change state (pause, resume, archive, quarantine); resets failures. Raises
+        ScheduleNotFound. ``next_due_ms`` must be None unless the state is ``active``."""
+
+    def delete(self, name: str) -> bool:
+        """Remove the schedule row; its history stays."""
+
+    # -- history ------------------------------------------------------------------------------
+    def history(self, name: str, limit: int, before_id: int | None = None) -> list[StoredEvent]:
+        """Audit events of a schedule, newest first, ids below ``before_id`` when given."""
+
+    def find_enqueued(self, task_id: str) -> StoredEvent | None:
+        """The ``enqueued`` record of a task id, if any (manual-run idempotency)."""
+
+    def prune_history(self, names: Sequence[str], keep: int) -> int:
+        """Keep the newest ``keep`` events of each named schedule; return how many were removed."""
+
+    # -- status -------------------------------------------------------------------------------
+    def counts_by_state(self) -> dict[str, int]:
+        """How many schedules are in each state."""
+
+    def due_backlog(self, now_ms: int) -> int:
+        """How many active schedules are due at ``now_ms``."""
+
+    def leader_info(self) -> LeaderInfo:
+        """The fencing epoch and, for the store lease, who holds it until when."""
+
+    def register_epoch(self, epoch: int) -> None:
+        """Raise the newest epoch seen to ``epoch`` (never lowers it)."""
+
+    def close(self) -> None:
+        """Release connections; idempotent."""
+
+
+def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    """Slices of at most ``size`` items, for batched writes."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
