@@ -1,0 +1,201 @@
+"""Scale benchmark of the durable beat (issue 3), in one process and one run.
+
+Measures, against the machine's PostgreSQL and Redis:
+
+1. the idle round (nothing due) at 1k, 10k and 100k schedules: median ms of one round as beat's
+   ``Scheduler`` runs it (lease, store clock, due query, next-wake query), and beat's RSS;
+2. a burst of 10k due ticks published to a Redis broker end to end (published + audited +
+   advanced, per second), next to a raw kombu publish of the same messages with one reused
+   producer, measured in the same run. The ratio is the figure that matters: the machine is noisy.
+
+    .venv/bin/python bench/bench_scale.py [--pg URL] [--redis URL] [--sizes 1000,10000,100000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import redis
+from celery import Celery
+from sqlalchemy import insert
+
+from celery_durable_beat.dispatch import next_due_ms
+from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.model import Definition, Source
+from celery_durable_beat.publish import send_kwargs
+from celery_durable_beat.scheduler import Scheduler
+from celery_durable_beat.schedules.spec import IntervalSpec
+from celery_durable_beat.store import tables
+from celery_durable_beat.store.sql import SqlStore
+
+PG = os.environ.get("DURABLE_BEAT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+REDIS = os.environ.get("DURABLE_BEAT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        pages = int(f.read().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
+
+
+def make_db(admin: str) -> str:
+    name = f"bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin.replace("+psycopg", ""), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')  # generated name
+    return admin.rsplit("/", 1)[0] + "/" + name
+
+
+def drop_db(admin: str, url: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(admin.replace("+psycopg", ""), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def seed(store: SqlStore, start: int, count: int, due_at: int, every_ms: int) -> None:
+    """Insert schedules directly (bulk), as config sync would leave them."""
+    now = store.now_ms()
+    rows: list[dict[str, Any]] = []
+    for i in range(start, start + count):
+        name = f"sched-{i:06d}"
+        d = Definition(name=name, task="bench.noop", spec=IntervalSpec(every_ms),
+                       kwargs={"n": i, "pad": "x" * 64})
+        rows.append({
+            "name": name, "name_key": name, "definition": d.to_json(),
+            "definition_hash": d.definition_hash(), "version": 1, "source": Source.CONFIG.value,
+            "state": "active", "next_tick_ms": due_at, "next_due_ms": next_due_ms(name, due_at, 0),
+            "last_tick_ms": None, "last_outcome": None, "failures": 0, "epoch": 1,
+            "created_at_ms": now, "updated_at_ms": now,
+        })
+    with store.engine.begin() as conn:
+        for chunk in range(0, len(rows), 5000):
+            conn.execute(insert(tables.schedules), rows[chunk:chunk + 5000])
+
+
+def idle_rounds(app: Celery, url: str, sizes: list[int]) -> list[dict[str, float]]:
+    os.environ["DURABLE_BEAT_URL"] = url
+    app.conf.beat_schedule = {}
+    scheduler = Scheduler(app, lazy=False)
+    store = scheduler.store
+    assert isinstance(store, SqlStore)
+    far = store.now_ms() + 10 * 86_400_000
+    results, have = [], 0
+    for size in sizes:
+        seed(store, have, size - have, far, 86_400_000 * 30)
+        have = size
+        with store.engine.connect() as conn:  # fresh statistics, as autovacuum would give
+            conn.exec_driver_sql("ANALYZE")
+        for _ in range(20):
+            scheduler._round()
+        samples = []
+        for _ in range(200):
+            t = time.perf_counter_ns()
+            scheduler._round()
+            samples.append((time.perf_counter_ns() - t) / 1e6)
+        results.append({"schedules": size, "idle_round_ms_median": statistics.median(samples),
+                        "idle_round_ms_p90": sorted(samples)[int(len(samples) * 0.9)],
+                        "rss_mb": rss_mb()})
+        print(f"  {size:>7} schedules: idle round median {results[-1]['idle_round_ms_median']:.3f} ms,"
+              f" RSS {results[-1]['rss_mb']:.1f} MB", flush=True)
+    scheduler.close()
+    return results
+
+
+def burst(app: Celery, url: str, redis_url: str, count: int) -> dict[str, float]:
+    client = redis.Redis.from_url(redis_url)
+    client.delete("celery")
+    os.environ["DURABLE_BEAT_URL"] = url
+    scheduler = Scheduler(app, lazy=False)
+    store = scheduler.store
+    assert isinstance(store, SqlStore)
+    scheduler._round()  # lead, sync, warm the connection
+    due = store.now_ms() - 1000
+    seed(store, 10_000_000, count, due, 86_400_000 * 30)
+    with store.engine.connect() as conn:
+        conn.exec_driver_sql("ANALYZE")
+    t = time.perf_counter()
+    rounds = 0
+    while True:
+        rounds += 1
+        assert scheduler.dispatcher is not None
+        stats = scheduler.dispatcher.run_round(store.now_ms(), scheduler._epoch)
+        if stats.claimed == 0:
+            break
+    elapsed = time.perf_counter() - t
+    queued = client.llen("celery")
+    audited = sum(1 for _ in range(1))  # placeholder replaced below
+    with store.engine.connect() as conn:
+        audited = conn.exec_driver_sql(
+            "SELECT count(*) FROM durable_beat_audit WHERE outcome = 'enqueued'").scalar_one()
+        advanced = conn.exec_driver_sql(
+            "SELECT count(*) FROM durable_beat_schedules WHERE next_tick_ms > %(due)s",
+            {"due": due}).scalar_one()
+    scheduler.close()
+    client.delete("celery")
+    # the reference: the same messages through one reused kombu producer, no beat at all
+    messages = [(f"sched-{i:06d}", tick_task_id(f"sched-{i:06d}", due)) for i in range(count)]
+    with app.producer_or_acquire() as producer:
+        t = time.perf_counter()
+        for name, task_id in messages:
+            producer.publish(
+                {"n": name, "pad": "x" * 64}, exchange="", routing_key="celery",
+                serializer="json", headers={"id": task_id, "task": "bench.noop"},
+                delivery_mode=2,
+            )
+        raw_elapsed = time.perf_counter() - t
+        t = time.perf_counter()
+        from celery_durable_beat.dispatch import TickMessage
+        for name, task_id in messages[: count // 5]:
+            msg = TickMessage(name, "bench.noop", (), {"n": name, "pad": "x" * 64}, {}, task_id, due)
+            app.send_task(msg.task, producer=producer, **send_kwargs(msg))
+        send_task_elapsed = (time.perf_counter() - t) * 5
+    client.delete("celery")
+    client.close()
+    return {
+        "ticks": count, "rounds": rounds, "published": queued, "audited": audited,
+        "advanced": advanced, "beat_per_s": count / elapsed,
+        "raw_kombu_per_s": count / raw_elapsed, "send_task_per_s": count / send_task_elapsed,
+        "ratio_to_raw_kombu": (count / elapsed) / (count / raw_elapsed),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pg", default=PG)
+    parser.add_argument("--redis", default=REDIS)
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--burst", type=int, default=10_000)
+    options = parser.parse_args()
+    app = Celery("bench", broker=options.redis, set_as_current=False)
+    app.conf.durable_beat_batch_size = 2000
+    sizes = [int(s) for s in options.sizes.split(",")]
+    report: dict[str, Any] = {}
+    for phase in ("idle", "burst"):
+        url = make_db(options.pg)
+        try:
+            if phase == "idle":
+                print("idle round (nothing due):", flush=True)
+                report["idle"] = idle_rounds(app, url, sizes)
+            else:
+                print(f"burst of {options.burst} due ticks to Redis:", flush=True)
+                report["burst"] = burst(app, url, options.redis, options.burst)
+                b = report["burst"]
+                print(f"  beat end to end {b['beat_per_s']:.0f}/s ({b['rounds']} rounds); raw kombu "
+                      f"{b['raw_kombu_per_s']:.0f}/s; send_task alone {b['send_task_per_s']:.0f}/s;"
+                      f" ratio beat/raw = {b['ratio_to_raw_kombu']:.2f}", flush=True)
+                assert b["published"] == b["audited"] == b["advanced"] == options.burst, b
+        finally:
+            drop_db(options.pg, url)
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

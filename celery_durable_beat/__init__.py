@@ -1,0 +1,43 @@
+"""celery_durable_beat: a durable, highly available replacement for Celery beat.
+
+    celery -A proj beat -S celery_durable_beat.Scheduler
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from celery_durable_beat.exceptions import (
+    ConfigError,
+    DurableBeatError,
+    ScheduleNotFound,
+)
+from celery_durable_beat.ids import tick_task_id
+
+if TYPE_CHECKING:
+    from celery_durable_beat.control import DurableBeat
+    from celery_durable_beat.scheduler import Scheduler
+
+__all__ = [
+    "ConfigError",
+    "DurableBeat",
+    "DurableBeatError",
+    "ScheduleNotFound",
+    "Scheduler",
+    "tick_task_id",
+]
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """Import the Celery-bound parts on first use, so the pure core imports without Celery."""
+    if name == "Scheduler":
+        from celery_durable_beat.scheduler import Scheduler
+
+        return Scheduler
+    if name == "DurableBeat":
+        from celery_durable_beat.control import DurableBeat
+
+        return DurableBeat
+    raise AttributeError(f"module 'celery_durable_beat' has no attribute {name!r}")

@@ -1,0 +1,84 @@
+"""The Celery edge of config: ``beat_schedule`` entries, Celery schedule objects included.
+
+``celery.schedules.crontab`` and ``celery.schedules.schedule`` are translated into the plain
+values the pure validator understands; ``solar`` and custom schedule classes are refused with a
+message that says what to use instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from celery.schedules import crontab, schedule, solar
+
+from celery_durable_beat.exceptions import ConfigError, ConfigProblem
+from celery_durable_beat.model import Definition
+from celery_durable_beat.schedules.validate import EntryDefaults, validate_entries
+from celery_durable_beat.settings import Settings
+
+_CRONTAB_FIELDS = (
+    "_orig_minute", "_orig_hour", "_orig_day_of_month", "_orig_month_of_year", "_orig_day_of_week",
+)
+
+
+def app_defaults(app: Any, settings: Settings) -> EntryDefaults:
+    """The zone (``app.conf.timezone``, else UTC) and missed policy entries default to."""
+    return EntryDefaults(tz=str(app.conf.timezone or "UTC"), missed=settings.default_missed)
+
+
+def definitions_from_app(app: Any, settings: Settings) -> list[Definition]:
+    """Validate ``app.conf.beat_schedule``; one ConfigError lists every problem."""
+    raw = app.conf.beat_schedule or {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError([ConfigProblem("beat_schedule", "beat_schedule", "is not a dict")])
+    translated: dict[str, Any] = {}
+    problems: list[ConfigProblem] = []
+    for name, entry in raw.items():
+        try:
+            translated[name] = translate_entry(name, entry)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    try:
+        definitions = validate_entries(translated, app_defaults(app, settings))
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    return definitions
+
+
+def translate_entry(name: str, entry: Any) -> Any:
+    """A copy of the entry whose Celery schedule object became a cron string or seconds."""
+    if not isinstance(entry, Mapping) or "schedule" not in entry:
+        return entry
+    value = entry["schedule"]
+    if isinstance(value, solar):
+        raise ConfigError([ConfigProblem(name, "schedule", (
+            "solar schedules are not supported; use a cron expression with a tz instead"
+        ))])
+    if isinstance(value, crontab):
+        return {**entry, "schedule": crontab_to_cron(value)}
+    if isinstance(value, schedule):
+        return {**entry, "schedule": value.run_every.total_seconds()}
+    if hasattr(value, "is_due") and hasattr(value, "remaining_estimate"):
+        raise ConfigError([ConfigProblem(name, "schedule", (
+            f"{type(value).__name__} is a custom schedule class, which cannot be stored; "
+            "use a cron string, '@every 30s', crontab() or schedule()"
+        ))])
+    return entry
+
+
+def crontab_to_cron(value: crontab) -> str:
+    """The 5-field cron string of a ``crontab`` (fields exactly as the user wrote them)."""
+    return " ".join(_field(getattr(value, attr)) for attr in _CRONTAB_FIELDS)
+
+
+def _field(value: Any) -> str:
+    if isinstance(value, str):
+        return value.replace(" ", "")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, Iterable):
+        return ",".join(str(v) for v in sorted(value))
+    return str(value)

@@ -1,0 +1,256 @@
+"""One leader round: due → plan → publish → audit → advance (SPEC §4), through ports only.
+
+The order is the guarantee. A tick is published first; its ``enqueued`` record is written (and
+committed) next; only then does the schedule advance, with a compare-and-set on the tick it was
+read at and the leader's fencing epoch. A crash anywhere replays at most the same deterministic
+task id: before the audit commit the next round publishes it again (the same id, which the worker
+guard absorbs); after it, the round finds the record, writes ``deduplicated`` and advances
+without publishing. A failing schedule never blocks the others; a broker outage stops the round
+early (everything after would fail too) and never counts against a schedule.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from celery_durable_beat.ids import jitter_offset_ms, tick_task_id
+from celery_durable_beat.model import Action, Outcome, OWN_FAULT_REASONS, Reason, ScheduleState, Trigger
+from celery_durable_beat.policy import Plan, plan
+from celery_durable_beat.schedules.render import render
+from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, Store
+
+log = logging.getLogger("celery_durable_beat.dispatch")
+
+BACKOFF_BASE_MS = 1000
+BACKOFF_MAX_MS = 60_000
+
+
+@dataclass(frozen=True)
+class TickMessage:
+    """Everything the broker side needs to publish one tick."""
+
+    schedule: str
+    task: str
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    options: Mapping[str, Any]
+    task_id: str
+    tick_ms: int
+    trigger: Trigger = Trigger.AUTO
+
+
+class PublishSession(Protocol):
+    def publish(self, message: TickMessage) -> Reason | None:
+        """Send one tick; None on success, else the stable reason it failed."""
+
+
+class Publisher(Protocol):
+    def session(self) -> AbstractContextManager[PublishSession]:
+        """One broker connection (and producer) reused for a whole round."""
+
+
+@dataclass
+class RoundStats:
+    """What one round did; ``claimed == batch`` means more may be due right now."""
+
+    claimed: int = 0
+    conflicts: int = 0
+    broker_unavailable: bool = False
+    events: list[AuditEvent] = field(default_factory=list)
+
+    def outcomes(self) -> dict[str, int]:
+        """Events of the round by outcome (for logs and metrics)."""
+        counts = {outcome.value: 0 for outcome in Outcome}
+        for event in self.events:
+            counts[event.outcome.value] += 1
+        return counts
+
+
+@dataclass
+class _Work:
+    due: DueSchedule
+    plan: Plan
+    ticks: list[TickMessage]
+
+
+def next_due_ms(name: str, tick_ms: int, jitter: float) -> int:
+    """When a tick is dispatched: its instant plus the deterministic jitter."""
+    return tick_ms + jitter_offset_ms(name, tick_ms, jitter)
+
+
+def tick_message(due: DueSchedule, tick_ms: int) -> TickMessage:
+    """The message of an automatic tick, with placeholders filled from the tick."""
+    d = due.definition
+    return TickMessage(
+        schedule=due.name,
+        task=d.task,
+        args=tuple(render(list(d.args), tick_ms, d.tz)),
+        kwargs=render(dict(d.kwargs), tick_ms, d.tz),
+        options=dict(d.options),
+        task_id=tick_task_id(due.name, tick_ms),
+        tick_ms=tick_ms,
+    )
+
+
+class Dispatcher:
+    """Runs rounds against a store and a publisher; holds no per-schedule state."""
+
+    def __init__(
+        self,
+        store: Store,
+        publisher: Publisher,
+        *,
+        batch_size: int = 500,
+        quarantine_after: int = 5,
+        gate: Callable[[DueSchedule, TickMessage], Reason | None] | None = None,
+    ) -> None:
+        self.store = store
+        self.publisher = publisher
+        self.batch_size = batch_size
+        self.quarantine_after = quarantine_after
+        self.gate = gate
+
+    def run_round(self, now_ms: int, epoch: int) -> RoundStats:
+        stats = RoundStats()
+        with self.store.claim_due(now_ms, self.batch_size) as claim:
+            stats.claimed = len(claim.schedules)
+            if not claim.schedules:
+                return stats
+            work = [_plan_one(due, now_ms) for due in claim.schedules]
+            ids = [t.task_id for w in work for t in w.ticks]
+            existing = claim.enqueued_task_ids(ids) if ids else set()
+            advances = self._publish_all(work, existing, now_ms, stats)
+            claim.record(stats.events, epoch)
+        applied = self.store.advance(advances, epoch)
+        stats.conflicts = applied.count(False)
+        if stats.conflicts:
+            log.info("%d schedule(s) changed during the round; left as they are now",
+                     stats.conflicts, extra={"action": Action.ADVANCE_CONFLICT.value})
+        return stats
+
+    def _publish_all(
+        self, work: Sequence[_Work], existing: set[str], now_ms: int, stats: RoundStats
+    ) -> list[Advance]:
+        advances: list[Advance] = []
+        with self.publisher.session() as session:
+            for item in work:
+                if stats.broker_unavailable:
+                    break
+                advances.append(self._run_one(item, session, existing, now_ms, stats))
+        return advances
+
+    def _run_one(
+        self, item: _Work, session: PublishSession, existing: set[str], now_ms: int,
+        stats: RoundStats,
+    ) -> Advance:
+        due, own = item.due, []
+        last_fired: int | None = None
+        for message in item.ticks:
+            outcome, reason = self._fire(due, message, session, existing)
+            own.append(_event(due, message.tick_ms, message.task_id, outcome, reason, now_ms))
+            if outcome is Outcome.FAILED:
+                stats.broker_unavailable = reason is Reason.BROKER_UNAVAILABLE
+                advance = self._after_failure(item, message.tick_ms, reason, now_ms, last_fired, own)
+                stats.events.extend(sorted(own, key=_by_tick))
+                return advance
+            last_fired = message.tick_ms
+        own.extend(_dropped_events(item, item.plan.next_tick_ms, now_ms))
+        own.sort(key=_by_tick)
+        stats.events.extend(own)
+        return _advance(due, item.plan.next_tick_ms, last_fired, own)
+
+    def _fire(
+        self, due: DueSchedule, message: TickMessage, session: PublishSession, existing: set[str]
+    ) -> tuple[Outcome, Reason | None]:
+        if message.task_id in existing:
+            return Outcome.DEDUPLICATED, Reason.ALREADY_ENQUEUED
+        held = self.gate(due, message) if self.gate else None
+        if held is not None:
+            return Outcome.SKIPPED, held
+        reason = session.publish(message)
+        if reason is None:
+            return Outcome.ENQUEUED, None
+        log.warning("publish of %s failed: %s", message.task_id, reason.value,
+                    extra={"action": Action.PUBLISH_FAILED.value, "schedule": due.name,
+                           "task_id": message.task_id, "reason": reason.value})
+        return Outcome.FAILED, reason
+
+    def _after_failure(
+        self, item: _Work, failed_tick: int, reason: Reason | None, now_ms: int,
+        last_fired: int | None, events: list[AuditEvent],
+    ) -> Advance:
+        """Stay on the failed tick (dropped ticks before it are settled) and back off."""
+        due = item.due
+        events.extend(_dropped_events(item, failed_tick, now_ms))
+        own_fault = reason in OWN_FAULT_REASONS
+        failures = due.failures + 1 if own_fault else due.failures
+        state, next_due = ScheduleState.ACTIVE, now_ms + _backoff_ms(max(failures, 1))
+        if own_fault and failures >= self.quarantine_after:
+            state, next_due = ScheduleState.QUARANTINED, None
+            events.append(_event(due, failed_tick, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms))
+            log.error("schedule %s quarantined after %d failures (%s)", due.name, failures,
+                      reason.value if reason else "", extra={
+                          "action": Action.QUARANTINED.value, "schedule": due.name})
+        return Advance(
+            schedule_id=due.id, expected_next_tick_ms=due.next_tick_ms, next_tick_ms=failed_tick,
+            next_due_ms=next_due, last_tick_ms=last_fired if last_fired is not None else due.last_tick_ms,
+            last_outcome=Outcome.FAILED, failures=failures, state=state,
+        )
+
+
+def _plan_one(due: DueSchedule, now_ms: int) -> _Work:
+    d = due.definition
+    lateness = None if d.max_lateness is None else round(d.max_lateness * 1000)
+    result = plan(
+        d.spec, due.next_tick_ms, now_ms, d.missed, d.backfill_max, lateness,
+        lambda tick: jitter_offset_ms(due.name, tick, d.jitter),
+    )
+    return _Work(due, result, [tick_message(due, t) for t in result.fire])
+
+
+def _event(
+    due: DueSchedule, tick_ms: int, task_id: str | None, outcome: Outcome, reason: Reason | None,
+    now_ms: int, detail: Mapping[str, Any] | None = None,
+) -> AuditEvent:
+    return AuditEvent(
+        schedule=due.name, tick_ms=tick_ms, task_id=task_id, trigger=Trigger.AUTO,
+        outcome=outcome, reason=reason.value if reason else None,
+        lag_ms=max(0, now_ms - tick_ms), version=due.version, detail=detail or {},
+    )
+
+
+def _dropped_events(item: _Work, settled_before: int, now_ms: int) -> Iterator[AuditEvent]:
+    """One ``skipped`` record per reason for dropped ticks the schedule moves past."""
+    for dropped in item.plan.dropped:
+        if dropped.last_ms >= settled_before:
+            continue
+        detail = {"count": dropped.count, "first_ms": dropped.first_ms,
+                  "last_ms": dropped.last_ms, "exact": dropped.exact}
+        yield _event(item.due, dropped.first_ms, None, Outcome.SKIPPED, dropped.reason, now_ms, detail)
+
+
+def _advance(
+    due: DueSchedule, next_tick: int, last_fired: int | None, own: Sequence[AuditEvent]
+) -> Advance:
+    return Advance(
+        schedule_id=due.id,
+        expected_next_tick_ms=due.next_tick_ms,
+        next_tick_ms=next_tick,
+        next_due_ms=next_due_ms(due.name, next_tick, due.definition.jitter),
+        last_tick_ms=last_fired if last_fired is not None else due.last_tick_ms,
+        last_outcome=own[-1].outcome if own else None,
+        failures=0,
+    )
+
+
+def _by_tick(event: AuditEvent) -> int:
+    """Records of one schedule in a round go in tick order (stable: failed before quarantined)."""
+    return event.tick_ms
+
+
+def _backoff_ms(failures: int) -> int:
+    return int(min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** min(failures - 1, 16)))

@@ -1,0 +1,58 @@
+"""The leader lease contract (SPEC §7).
+
+Rules every backend keeps:
+
+1. ``acquire_or_renew()`` is called once per round by the beat that wants to lead. It renews the
+   lease only if this beat (its token) holds it, and acquires it only if it is free or expired,
+   judged by the backend's clock (Redis's or the database's), never the host's.
+2. Every acquisition by a new holder increments the fencing epoch, which the store then enforces
+   on every audit write and advance (``Store.register_epoch``).
+3. ``release()`` gives the lease up only if this beat holds it, so a successor can take over on
+   its next round instead of waiting out the TTL. Idempotent.
+4. A backend failure raises ``LeaseError``; "someone else leads" is a normal answer, not an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class LeaseStatus:
+    """The answer of one acquire-or-renew."""
+
+    leader: bool
+    epoch: int
+    holder: str | None
+    expires_at_ms: int | None
+
+
+class Lease(Protocol):
+    ttl_seconds: float
+
+    def acquire_or_renew(self) -> LeaseStatus:
+        """Lead or learn who leads (rule 1)."""
+
+    def release(self) -> None:
+        """Give the lease up if held (rule 3)."""
+
+    def close(self) -> None:
+        """Release connections; idempotent."""
+
+
+class SoleLease:
+    """Always the leader at a fixed epoch: one beat, no election (FrozenBeat, single-process use)."""
+
+    def __init__(self, epoch: int = 1, ttl_seconds: float = 30.0) -> None:
+        self.epoch = epoch
+        self.ttl_seconds = ttl_seconds
+
+    def acquire_or_renew(self) -> LeaseStatus:
+        return LeaseStatus(leader=True, epoch=self.epoch, holder="sole", expires_at_ms=None)
+
+    def release(self) -> None:
+        """Nothing is held elsewhere."""
+
+    def close(self) -> None:
+        """Nothing to close."""

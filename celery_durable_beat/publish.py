@@ -1,0 +1,113 @@
+"""The Celery side of publishing: ``send_task`` with the tick's id and ``periodic_*`` headers.
+
+Messages go through the app's own producer, so ``task_routes``, queues, priorities, ``options``
+and serializers apply exactly as for any Celery task. One producer (one broker connection) serves
+a whole round. Failures are classified into stable reasons; the exception text is never logged
+or stored, since it can carry payloads or credentials.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from celery.exceptions import QueueNotFound
+from kombu.exceptions import ContentDisallowed, EncodeError, OperationalError
+
+from celery_durable_beat.dispatch import TickMessage
+from celery_durable_beat.model import Reason
+
+log = logging.getLogger("celery_durable_beat.publish")
+
+HEADER_SCHEDULE = "periodic_schedule"
+HEADER_TICK_MS = "periodic_tick_ms"
+HEADER_TRIGGER = "periodic_trigger"
+
+RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+"""Short: a round must not hang on a dead broker; the next round retries anyway."""
+
+
+def tick_headers(message: TickMessage) -> dict[str, Any]:
+    return {
+        HEADER_SCHEDULE: message.schedule,
+        HEADER_TICK_MS: message.tick_ms,
+        HEADER_TRIGGER: message.trigger.value,
+    }
+
+
+def send_kwargs(message: TickMessage) -> dict[str, Any]:
+    """Keyword arguments for ``app.send_task``: the entry's options, then our id and headers."""
+    options = dict(message.options)
+    headers = {**dict(options.pop("headers", None) or {}), **tick_headers(message)}
+    options.pop("task_id", None)
+    return {
+        **options,
+        "args": list(message.args),
+        "kwargs": dict(message.kwargs),
+        "task_id": message.task_id,
+        "headers": headers,
+        "retry": True,
+        "retry_policy": RETRY_POLICY,
+    }
+
+
+class CelerySession:
+    """Publishes through one producer for the length of a round."""
+
+    def __init__(self, app: Any, producer: Any) -> None:
+        self.app = app
+        self.producer = producer
+        self._connection_errors: tuple[type[BaseException], ...] = (
+            OperationalError, ConnectionError, OSError, TimeoutError,
+            *getattr(producer.connection, "connection_errors", ()),
+        )
+
+    def publish(self, message: TickMessage) -> Reason | None:
+        try:
+            self.app.send_task(message.task, producer=self.producer, **send_kwargs(message))
+        except (EncodeError, ContentDisallowed, TypeError, ValueError) as exc:
+            return _failed(message, Reason.SERIALIZATION_ERROR, exc)
+        except QueueNotFound as exc:
+            return _failed(message, Reason.ROUTING_ERROR, exc)
+        except self._connection_errors as exc:
+            return _failed(message, Reason.BROKER_UNAVAILABLE, exc)
+        except Exception as exc:  # noqa: BLE001 - any other failure is a stable publish_error
+            return _failed(message, Reason.PUBLISH_ERROR, exc)
+        return None
+
+
+def _failed(message: TickMessage, reason: Reason, exc: BaseException) -> Reason:
+    log.debug("publish %s raised %s", message.task_id, type(exc).__name__)
+    return reason
+
+
+class CeleryPublisher:
+    """The production publisher: the app's producer pool, one producer per round."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    @contextmanager
+    def session(self) -> Iterator[CelerySession]:
+        with self.app.producer_or_acquire() as producer:
+            yield CelerySession(self.app, producer)
+
+
+class CapturingPublisher:
+    """Keeps messages in memory instead of sending them (``FrozenBeat``, tests, dry runs)."""
+
+    def __init__(self) -> None:
+        self.messages: list[TickMessage] = []
+        self.fail_with: Reason | None = None
+
+    @contextmanager
+    def session(self) -> Iterator[CapturingPublisher]:
+        yield self
+
+    def publish(self, message: TickMessage) -> Reason | None:
+        if self.fail_with is not None:
+            return self.fail_with
+        self.messages.append(message)
+        return None

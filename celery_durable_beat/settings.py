@@ -1,0 +1,64 @@
+"""Typed settings, read once from ``app.conf`` (SPEC §2).
+
+Read through pydantic so a wrong type fails at start with the setting's name, not later in a
+round. ``DURABLE_BEAT_URL`` in the environment wins over ``durable_beat_url``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from celery_durable_beat.exceptions import ConfigError, ConfigProblem
+from celery_durable_beat.model import MissedPolicy
+
+DEFAULT_URL = "sqlite:///celerybeat-durable.sqlite3"
+URL_ENV = "DURABLE_BEAT_URL"
+PREFIX = "durable_beat_"
+DEFAULT_REDACT = ("password", "secret", "token", "key")
+
+
+class Settings(BaseModel):
+    """Every ``durable_beat_*`` setting with its default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str = DEFAULT_URL
+    lease_url: str | None = None
+    lease_ttl: float = Field(30.0, gt=0)
+    poll_interval: float = Field(1.0, gt=0)
+    batch_size: int = Field(500, ge=1, le=100_000)
+    default_missed: MissedPolicy = MissedPolicy.SKIP
+    history_keep: int = Field(100, ge=1)
+    sync_config: bool = True
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    flower_url: str | None = None
+    redact: tuple[str, ...] = DEFAULT_REDACT
+    quarantine_after: int = Field(5, ge=1)
+
+    @classmethod
+    def from_conf(cls, conf: Any, environ: dict[str, str] | None = None) -> Settings:
+        """Read from a Celery ``app.conf`` (or any mapping with ``get``)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            value = conf.get(PREFIX + name)
+            if value is not None:
+                values[name] = value
+        if env.get(URL_ENV):
+            values["url"] = env[URL_ENV]
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            raise ConfigError([_problem(err) for err in exc.errors()]) from None
+
+
+def _problem(error: Any) -> ConfigProblem:
+    setting = PREFIX + str(error["loc"][0]) if error["loc"] else "durable_beat settings"
+    return ConfigProblem(
+        entry="settings",
+        field=setting,
+        problem=f"{setting} = {error.get('input')!r}: {error['msg']}",
+    )

@@ -1,0 +1,20 @@
+"""Concrete backends from settings: the one place that picks SQL, Redis or a sole lease."""
+
+from __future__ import annotations
+
+from celery_durable_beat.lease.base import Lease
+from celery_durable_beat.settings import Settings
+from celery_durable_beat.store.base import Store
+
+
+def make_store(settings: Settings) -> Store:
+    from celery_durable_beat.store.sql import SqlStore
+
+    return SqlStore(settings.url)
+
+
+def make_lease(settings: Settings, store: Store) -> Lease:
+    """The Redis lease when ``durable_beat_lease_url`` is set, else the store's lease row."""
+    from celery_durable_beat.lease.base import SoleLease
+
+    return SoleLease(ttl_seconds=settings.lease_ttl)

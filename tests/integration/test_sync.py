@@ -1,0 +1,76 @@
+"""Config sync (SPEC §3) on both stores."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from celery_durable_beat.model import ScheduleState, Source
+from celery_durable_beat.schedules.validate import validate_entries
+from celery_durable_beat.store.sql import SqlStore
+from celery_durable_beat.sync import sync_definitions
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_780_000_000_000
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SqlStore]:
+    s = SqlStore(store_url)
+    s.ensure_schema()
+    yield s
+    s.close()
+
+
+def test_create_unchanged_changed(store: SqlStore) -> None:
+    entry = {"task": "t", "schedule": "@every 60s"}
+    report = sync_definitions(store, validate_entries({"Nightly": entry}), T0)
+    assert report.created == ["Nightly"]
+    first = store.get("nightly")
+    assert first is not None and first.version == 1 and first.source is Source.CONFIG
+    assert first.next_tick_ms == (T0 // 60_000 + 1) * 60_000  # epoch-aligned minute after T0
+
+    report = sync_definitions(store, validate_entries({"NIGHTLY": entry}), T0 + 500_000)
+    assert report.unchanged == ["NIGHTLY"]
+    same = store.get("nightly")
+    assert (same.version, same.next_tick_ms) == (1, first.next_tick_ms)
+
+    changed = {**entry, "kwargs": {"x": 1}}
+    report = sync_definitions(store, validate_entries({"Nightly": changed}), T0 + 500_000)
+    assert report.updated == ["Nightly"]
+    updated = store.get("nightly")
+    assert updated.version == 2
+    assert updated.next_tick_ms == ((T0 + 500_000) // 60_000 + 1) * 60_000  # re-planned from now
+
+
+def test_removed_is_archived_and_comes_back(store: SqlStore) -> None:
+    a = {"task": "t", "schedule": "@every 60s"}
+    sync_definitions(store, validate_entries({"a": a, "b": a}), T0)
+    report = sync_definitions(store, validate_entries({"a": a}), T0 + 1000)
+    assert report.archived == ["b"]
+    archived = store.get("b")
+    assert archived.state is ScheduleState.ARCHIVED and archived.next_due_ms is None
+    sync_definitions(store, validate_entries({"a": a, "b": a}), T0 + 2000)
+    back = store.get("b")
+    assert back.state is ScheduleState.ACTIVE and back.next_due_ms is not None
+
+
+def test_api_schedules_are_never_touched(store: SqlStore) -> None:
+    api_def = validate_entries({"manual": {"task": "t", "schedule": "@every 5s"}})[0]
+    store.upsert(api_def, Source.API, T0 + 5000, T0)
+    config = validate_entries({"manual": {"task": "other", "schedule": "@every 9s"}})
+    report = sync_definitions(store, config, T0 + 1000)
+    assert report.ignored == ["manual"]
+    kept = store.get("manual")
+    assert kept.source is Source.API and kept.definition.task == "t" and kept.version == 1
+    sync_definitions(store, [], T0 + 2000)
+    assert store.get("manual").state is ScheduleState.ACTIVE  # not archived by config
+
+
+def test_disabled_entry_is_paused(store: SqlStore) -> None:
+    sync_definitions(store, validate_entries({"off": {"task": "t", "schedule": "@every 5s",
+                                                       "enabled": False}}), T0)
+    off = store.get("off")
+    assert off.state is ScheduleState.PAUSED and off.next_due_ms is None
