@@ -8,8 +8,10 @@ because a leader must stop before its lease could have expired whatever the wall
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Protocol
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class Clock(Protocol):
@@ -33,13 +35,13 @@ class SystemClock:
 
 
 def ms_to_datetime(ms: int) -> datetime:
-    """An aware UTC datetime for epoch milliseconds."""
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    """An aware UTC datetime for epoch milliseconds (integer arithmetic: no float rounding)."""
+    return _EPOCH + timedelta(milliseconds=ms)
 
 
 def datetime_to_ms(value: datetime) -> int:
     """Epoch milliseconds of an aware datetime (naive ones are refused: they have no instant)."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"{value!r} is naive; give a timezone-aware datetime")
-    delta = value - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    delta = value - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000

@@ -25,6 +25,8 @@ from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, Sto
 
 log = logging.getLogger("celery_durable_beat.dispatch")
 
+CONFIRM_EVERY = 200
+"""Most buffered publishes before the round confirms them with the broker."""
 BACKOFF_BASE_MS = 1000
 BACKOFF_MAX_MS = 60_000
 
@@ -44,8 +46,16 @@ class TickMessage:
 
 
 class PublishSession(Protocol):
+    """Publishes of one round. A transport may buffer them until ``confirm``."""
+
     def publish(self, message: TickMessage) -> Reason | None:
-        """Send one tick; None on success, else the stable reason it failed."""
+        """Send (or buffer) one tick; None if accepted, else the stable reason it failed."""
+
+    def unconfirmed(self) -> int:
+        """How many accepted publishes are still buffered."""
+
+    def confirm(self) -> Reason | None:
+        """Deliver what is buffered; a reason means every buffered publish is uncertain."""
 
 
 class Publisher(Protocol):
@@ -75,6 +85,19 @@ class _Work:
     due: DueSchedule
     plan: Plan
     ticks: list[TickMessage]
+
+
+_Fire = Callable[[DueSchedule, TickMessage], tuple[Outcome, Reason | None]]
+
+
+@dataclass
+class _Result:
+    """One schedule's records and advance in this round; ``failure`` stops its ticks."""
+
+    item: _Work
+    events: list[AuditEvent]
+    advance: Advance
+    failure: Reason | None
 
 
 def next_due_ms(name: str, tick_ms: int, jitter: float) -> int:
@@ -135,33 +158,66 @@ class Dispatcher:
     def _publish_all(
         self, work: Sequence[_Work], existing: set[str], now_ms: int, stats: RoundStats
     ) -> list[Advance]:
-        advances: list[Advance] = []
+        """Publish schedule by schedule; confirm buffered publishes every CONFIRM_EVERY."""
+        done: list[_Result] = []
+        pending: list[_Result] = []
         with self.publisher.session() as session:
             for item in work:
+                result = self._run_one(item, self._firing(session, existing), now_ms)
+                pending.append(result)
+                stats.broker_unavailable = result.failure is Reason.BROKER_UNAVAILABLE
+                if stats.broker_unavailable or session.unconfirmed() >= CONFIRM_EVERY:
+                    done += self._confirm(session, pending, now_ms, stats)
+                    pending = []
                 if stats.broker_unavailable:
                     break
-                advances.append(self._run_one(item, session, existing, now_ms, stats))
-        return advances
+            done += self._confirm(session, pending, now_ms, stats)
+        for result in done:
+            stats.events.extend(result.events)
+        return [result.advance for result in done]
 
-    def _run_one(
-        self, item: _Work, session: PublishSession, existing: set[str], now_ms: int,
-        stats: RoundStats,
-    ) -> Advance:
+    def _confirm(
+        self, session: PublishSession, pending: list[_Result], now_ms: int, stats: RoundStats
+    ) -> list[_Result]:
+        """Results whose publishes are confirmed; uncertain ones are re-run as failed."""
+        if not pending or session.confirm() is None:
+            return pending
+        stats.broker_unavailable = True
+        return [self._as_uncertain(result, now_ms) for result in pending]
+
+    def _as_uncertain(self, result: _Result, now_ms: int) -> _Result:
+        """The same schedule's result had its first tentative publish failed on the broker."""
+        enqueued = [e.tick_ms for e in result.events if e.outcome is Outcome.ENQUEUED]
+        if not enqueued:
+            return result
+        recorded = {e.tick_ms: (e.outcome, _reason(e.reason)) for e in result.events}
+
+        def replay(_due: DueSchedule, message: TickMessage) -> tuple[Outcome, Reason | None]:
+            if message.tick_ms >= enqueued[0]:
+                return Outcome.FAILED, Reason.BROKER_UNAVAILABLE
+            return recorded[message.tick_ms]
+
+        return self._run_one(result.item, replay, now_ms)
+
+    def _firing(self, session: PublishSession, existing: set[str]) -> _Fire:
+        def fire(due: DueSchedule, message: TickMessage) -> tuple[Outcome, Reason | None]:
+            return self._fire(due, message, session, existing)
+        return fire
+
+    def _run_one(self, item: _Work, fire: _Fire, now_ms: int) -> _Result:
         due, own = item.due, []
         last_fired: int | None = None
         for message in item.ticks:
-            outcome, reason = self._fire(due, message, session, existing)
+            outcome, reason = fire(due, message)
             own.append(_event(due, message.tick_ms, message.task_id, outcome, reason, now_ms))
             if outcome is Outcome.FAILED:
-                stats.broker_unavailable = reason is Reason.BROKER_UNAVAILABLE
                 advance = self._after_failure(item, message.tick_ms, reason, now_ms, last_fired, own)
-                stats.events.extend(sorted(own, key=_by_tick))
-                return advance
+                own.sort(key=_by_tick)
+                return _Result(item, own, advance, reason)
             last_fired = message.tick_ms
         own.extend(_dropped_events(item, item.plan.next_tick_ms, now_ms))
         own.sort(key=_by_tick)
-        stats.events.extend(own)
-        return _advance(due, item.plan.next_tick_ms, last_fired, own)
+        return _Result(item, own, _advance(due, item.plan.next_tick_ms, last_fired, own), None)
 
     def _fire(
         self, due: DueSchedule, message: TickMessage, session: PublishSession, existing: set[str]
@@ -245,6 +301,10 @@ def _advance(
         last_outcome=own[-1].outcome if own else None,
         failures=0,
     )
+
+
+def _reason(value: str | None) -> Reason | None:
+    return Reason(value) if value else None
 
 
 def _by_tick(event: AuditEvent) -> int:

@@ -142,13 +142,14 @@ def latest_ticks(spec: ScheduleSpec, floor_ms: int, now_ms: int, k: int) -> list
     """The latest ``k`` ticks in ``[floor_ms, now_ms]`` (fewer if fewer exist), oldest first.
 
     Widens a window back from ``now_ms`` until it holds ``k`` ticks; when a window holds more
-    than one enumeration allows, it narrows again. Both loops are bounded.
+    than one enumeration allows, it bisects between the widest window known to hold too few and
+    the narrowest known to hold too many. The loop is bounded.
     """
     if isinstance(spec, IntervalSpec):
         last = now_ms // spec.every_ms * spec.every_ms
         first = max(last - (k - 1) * spec.every_ms, -(-floor_ms // spec.every_ms) * spec.every_ms)
         return list(range(first, last + 1, spec.every_ms))
-    narrow, wide = 0, 1000
+    narrow, wide, too_wide = 0, 1000, 0
     for _ in range(_MAX_WIDENINGS):
         start = max(floor_ms - 1, now_ms - wide)
         found = ticks_between(spec, start, now_ms, MAX_ENUMERATION)
@@ -156,8 +157,10 @@ def latest_ticks(spec: ScheduleSpec, floor_ms: int, now_ms: int, k: int) -> list
         if complete and (len(found) >= k or start == floor_ms - 1):
             return found[-k:]
         if complete:
-            narrow, wide = wide, wide * 2
+            narrow = wide
+            wide = (wide + too_wide) // 2 if too_wide else wide * 2
         else:
+            too_wide = wide
             wide = (narrow + wide) // 2
     raise ValueError(f"no window of {k} ticks found before {now_ms}")  # pragma: no cover
 

@@ -9,12 +9,13 @@ or stored, since it can carry payloads or credentials.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from celery.exceptions import QueueNotFound
-from kombu.exceptions import ContentDisallowed, EncodeError, OperationalError
+from kombu.exceptions import BatchPublishError, ContentDisallowed, EncodeError, OperationalError
 
 from celery_durable_beat.dispatch import TickMessage
 from celery_durable_beat.model import Reason
@@ -24,6 +25,9 @@ log = logging.getLogger("celery_durable_beat.publish")
 HEADER_SCHEDULE = "periodic_schedule"
 HEADER_TICK_MS = "periodic_tick_ms"
 HEADER_TRIGGER = "periodic_trigger"
+
+BATCH_LIMIT = 1_000_000
+"""kombu's own auto-flush threshold, set out of reach: the dispatcher decides when to confirm."""
 
 RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 """Short: a round must not hang on a dead broker; the next round retries anyway."""
@@ -54,19 +58,44 @@ def send_kwargs(message: TickMessage) -> dict[str, Any]:
 
 
 class CelerySession:
-    """Publishes through one producer for the length of a round."""
+    """Publishes through one producer for the length of a round.
 
-    def __init__(self, app: Any, producer: Any) -> None:
+    Where the transport supports it (kombu >= 5.7 on Redis), publishes are buffered in a
+    pipeline and delivered by ``confirm``; the dispatcher records a tick as ``enqueued`` only
+    after its confirm succeeded. Elsewhere each publish is immediate and confirm is a no-op.
+    """
+
+    def __init__(self, app: Any, producer: Any, batch: Any = None) -> None:
         self.app = app
         self.producer = producer
+        self.batch = batch
+        self.failed = False
+        self._buffered = 0
         self._connection_errors: tuple[type[BaseException], ...] = (
-            OperationalError, ConnectionError, OSError, TimeoutError,
+            OperationalError, BatchPublishError, ConnectionError, OSError, TimeoutError,
             *getattr(producer.connection, "connection_errors", ()),
         )
+
+    def unconfirmed(self) -> int:
+        return self._buffered
+
+    def confirm(self) -> Reason | None:
+        if self.batch is None or not self._buffered:
+            return None
+        self._buffered = 0
+        try:
+            self.batch.flush()
+        except self._connection_errors as exc:
+            log.debug("batch delivery raised %s", type(exc).__name__)
+            self.failed = True
+            return Reason.BROKER_UNAVAILABLE
+        return None
 
     def publish(self, message: TickMessage) -> Reason | None:
         try:
             self.app.send_task(message.task, producer=self.producer, **send_kwargs(message))
+            if self.batch is not None:
+                self._buffered += 1
         except (EncodeError, ContentDisallowed, TypeError, ValueError) as exc:
             return _failed(message, Reason.SERIALIZATION_ERROR, exc)
         except QueueNotFound as exc:
@@ -92,7 +121,21 @@ class CeleryPublisher:
     @contextmanager
     def session(self) -> Iterator[CelerySession]:
         with self.app.producer_or_acquire() as producer:
-            yield CelerySession(self.app, producer)
+            if not hasattr(producer, "batch"):
+                yield CelerySession(self.app, producer)
+                return
+            batching = producer.batch(max_size=BATCH_LIMIT)
+            session = CelerySession(self.app, producer, batching.__enter__())
+            try:
+                yield session
+            except BaseException:
+                batching.__exit__(*sys.exc_info())  # discards what was not confirmed
+                raise
+            try:
+                batching.__exit__(None, None, None)
+            except BatchPublishError:
+                if not session.failed:  # after a failed confirm the batch refuses reuse
+                    raise
 
 
 class CapturingPublisher:
@@ -105,6 +148,12 @@ class CapturingPublisher:
     @contextmanager
     def session(self) -> Iterator[CapturingPublisher]:
         yield self
+
+    def unconfirmed(self) -> int:
+        return 0
+
+    def confirm(self) -> Reason | None:
+        return None
 
     def publish(self, message: TickMessage) -> Reason | None:
         if self.fail_with is not None:

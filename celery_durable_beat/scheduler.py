@@ -30,7 +30,7 @@ from celery_durable_beat.model import Action
 from celery_durable_beat.publish import CeleryPublisher
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import Store
-from celery_durable_beat.wiring import make_lease, make_store
+from celery_durable_beat.wiring import make_gate, make_lease, make_store
 from celery_durable_beat.sync import sync_definitions
 
 log = logging.getLogger("celery_durable_beat.scheduler")
@@ -83,6 +83,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self.dispatcher = Dispatcher(
             self.store, CeleryPublisher(self.app), batch_size=self.settings.batch_size,
             quarantine_after=self.settings.quarantine_after,
+            gate=make_gate(self.app, self.settings, self.store),
         )
         self._install_signal_handlers()
         log.info("durable beat ready: store %s", safe_url(self.store.url))

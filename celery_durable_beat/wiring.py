@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from celery_durable_beat.dispatch import TickMessage
 from celery_durable_beat.lease.base import Lease
+from celery_durable_beat.model import Reason
+from celery_durable_beat.store.base import DueSchedule
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import Store
 
@@ -18,3 +24,11 @@ def make_lease(settings: Settings, store: Store) -> Lease:
     from celery_durable_beat.lease.base import SoleLease
 
     return SoleLease(ttl_seconds=settings.lease_ttl)
+
+
+Gate = Callable[[DueSchedule, TickMessage], Reason | None]
+
+
+def make_gate(app: Any, settings: Settings, store: Store) -> Gate | None:
+    """The overlap gate of the round (SPEC §6); None while no schedule needs one."""
+    return None

@@ -8,8 +8,8 @@ search is bounded: past ``MAX_STEPS`` candidates (or croniter's own horizon) it 
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta
-from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
@@ -69,9 +69,27 @@ def count_ticks(spec: IntervalSpec, after_ms: int, until_ms: int) -> int:
     return until_ms // spec.every_ms - after_ms // spec.every_ms
 
 
-@lru_cache(maxsize=1024)
+_MATCHER_CACHE_SIZE = 1024
+_local = threading.local()
+
+
 def _matcher(expr: str, with_seconds: bool) -> croniter:
-    return croniter(expr, datetime(2000, 1, 1), second_at_beginning=with_seconds)
+    """A parsed croniter for ``expr``, cached per thread.
+
+    A croniter object carries its current position, which ``_next_wall`` moves with
+    ``set_current``; one object shared between threads (a web API thread pool, say) hands one
+    thread the position another thread set, i.e. a wrong tick.
+    """
+    cache: dict[tuple[str, bool], croniter] | None = getattr(_local, "matchers", None)
+    if cache is None:
+        cache = _local.matchers = {}
+    found = cache.get((expr, with_seconds))
+    if found is None:
+        if len(cache) >= _MATCHER_CACHE_SIZE:
+            cache.clear()
+        found = croniter(expr, datetime(2000, 1, 1), second_at_beginning=with_seconds)
+        cache[(expr, with_seconds)] = found
+    return found
 
 
 def _next_wall(spec: CronSpec, wall: datetime) -> datetime:

@@ -8,7 +8,7 @@ schedule's zone, with its offset.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery_durable_beat.schedules.dst import zone
@@ -18,7 +18,8 @@ _MARKERS = ("{{scheduled_for}}", "{{scheduled_for_ms}}")
 
 def tick_isoformat(tick_ms: int, tz: str) -> str:
     """The tick in its schedule's zone, ISO 8601 with offset (milliseconds only when present)."""
-    local = datetime.fromtimestamp(tick_ms / 1000, tz=timezone.utc).astimezone(zone(tz))
+    instant = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=tick_ms)
+    local = instant.astimezone(zone(tz))
     return local.isoformat(timespec="milliseconds" if tick_ms % 1000 else "seconds")
 
 

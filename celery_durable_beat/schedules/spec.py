@@ -7,6 +7,7 @@ depend on when a beat process started.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import timedelta
@@ -27,6 +28,8 @@ _EVERY_MS = re.compile(r"@every:(\d+)")
 _EVERY_UNIT = re.compile(r"@every\s+(\d+)\s*([smhd])")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _CRON_TZ = re.compile(r"CRON_TZ=(\S+)\s+(.*)", re.DOTALL)
+_RANDOM_FIELD = re.compile(r"[hr](\(\d+-\d+\))?(/\d+)?", re.IGNORECASE)
+"""croniter's ``R``/``H`` fields: drawn per croniter object, so tick ids would differ by process."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,8 @@ def parse_schedule(value: object, tz: str = "UTC") -> ParsedSchedule:
 
 
 def _interval_from_seconds(seconds: float) -> IntervalSpec:
+    if not math.isfinite(seconds):
+        raise SpecError(f"an interval of {seconds!r} s is not a number; give e.g. 30")
     every_ms = round(seconds * 1000)
     if every_ms < 1:
         raise SpecError(f"an interval of {seconds!r} s is not positive; give at least 0.001")
@@ -130,9 +135,32 @@ def _parse_string(text: str, tz: str) -> ParsedSchedule:
             f"{text!r} has {len(fields)} fields; a cron expression has 5 "
             "(minute hour day month weekday) or 6 (a leading seconds field)"
         )
+    if any(_RANDOM_FIELD.fullmatch(field) for field in fields):
+        raise SpecError(
+            f"{text!r} uses a random or hashed field (R, H), which would differ between beat "
+            "processes; write the minute, hour etc. out"
+        )
+    if any(_equal_range(field) for field in fields):
+        raise SpecError(
+            f"{text!r} has a range with equal ends such as 5-5, which croniter reads as the "
+            "whole field; write the single value (5) instead"
+        )
     if not croniter.is_valid(" ".join(fields), second_at_beginning=len(fields) == 6):
         raise SpecError(f"{text!r} is not a valid cron expression; check each field's range")
     return ParsedSchedule(CronSpec(fields, cron_tz or tz), cron_tz)
+
+
+def _equal_range(field: str) -> bool:
+    """Whether a field holds a range like ``5-5`` or ``MON-mon`` (classic cron: one value)."""
+    for item in field.split(","):
+        low, dash, high = item.partition("/")[0].partition("-")
+        if dash and _range_end(low) == _range_end(high):
+            return True
+    return False
+
+
+def _range_end(text: str) -> str:
+    return str(int(text)) if text.isdigit() else text.lower()
 
 
 def _parse_every(text: str) -> IntervalSpec:

@@ -55,15 +55,16 @@ def validate_entries(
     """Validate a whole ``beat_schedule``; raise one ConfigError listing every problem."""
     problems: list[ConfigProblem] = []
     definitions: list[Definition] = []
-    seen: dict[str, str] = {}
+    seen: dict[object, str] = {}
     for name, entry in entries.items():
-        if name.lower() in seen:
+        folded = name.lower() if isinstance(name, str) else name  # validate_entry reports others
+        if folded in seen:
             problems.append(ConfigProblem(name, "name", (
-                f'name clashes with "{seen[name.lower()]}" (names are case-insensitive); '
+                f'name clashes with "{seen[folded]}" (names are case-insensitive); '
                 "rename one of them"
             )))
             continue
-        seen[name.lower()] = name
+        seen[folded] = name
         try:
             definitions.append(validate_entry(name, entry, defaults))
         except ConfigError as exc:

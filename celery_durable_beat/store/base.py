@@ -128,7 +128,7 @@ class UpsertResult:
 
 @dataclass(frozen=True)
 class LeaderInfo:
-    """The store's view of leadership (the store lease row, or the epoch a Redis lease registered)."""
+    """The store's view of leadership: the store lease row, or the epoch a Redis lease set."""
 
     holder: str | None
     epoch: int

@@ -1,0 +1,244 @@
+"""``SqlStore``: the store contract (``store/base.py``) on PostgreSQL and SQLite.
+
+This module owns connections and transactions; the statements live beside it: the round's hot
+path in ``sql_round``, control-plane queries in ``sql_admin``, schema work in ``sql_schema``,
+engine settings in ``sql_engine``.
+
+Clock: on PostgreSQL ``now_ms`` is the server's ``clock_timestamp()``; SQLite has no server, so it
+is this host's clock, which is also the only clock every process sharing the file can see.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, TypeVar
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection, Engine
+
+from celery_durable_beat.exceptions import InvalidArgument, StoreUnavailable
+from celery_durable_beat.model import Definition, ScheduleState, Source
+from celery_durable_beat.store import sql_admin, sql_round, sql_schema
+from celery_durable_beat.store.base import (
+    Advance,
+    AuditEvent,
+    DueSchedule,
+    LeaderInfo,
+    ScheduleRecord,
+    StoredEvent,
+    UpsertResult,
+)
+from celery_durable_beat.store.sql_engine import BEGIN_OPTION, build_engine, normalize_url
+from celery_durable_beat.store.tables import FENCE_ID, fence, schedules
+
+if TYPE_CHECKING:
+    from celery_durable_beat.store.base import Store
+
+T = TypeVar("T")
+
+_UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
+
+
+class SqlStore:
+    """The durable store on a SQLAlchemy URL (``postgresql://…`` or ``sqlite:///…``).
+
+    Building one never connects: Celery creates throwaway scheduler instances, and an outage at
+    start must surface as ``StoreUnavailable`` from the first call, where beat backs off.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = normalize_url(url)
+        self.url = self._url.render_as_string(hide_password=False)
+        self.shown_url = self._url.render_as_string(hide_password=True)
+        self._engine: Engine | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SqlStore({self.shown_url!r})"
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _unavailable(self, exc: Exception) -> StoreUnavailable:
+        cause = getattr(exc, "orig", None) or exc
+        first_line = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        return StoreUnavailable(f"the durable beat store at {self.shown_url} failed: {first_line}")
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except _UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
+
+    def _get_engine(self) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                self._engine = build_engine(self._url)
+            return self._engine
+
+    @property
+    def _postgres(self) -> bool:
+        return self._url.get_backend_name() == "postgresql"
+
+    @contextmanager
+    def _tx(self, *, write: bool = True) -> Iterator[Connection]:
+        """One transaction, committed when the block ends without an exception."""
+        with self._guard(), self._get_engine().connect() as conn:
+            if not write:
+                conn.execution_options(**{BEGIN_OPTION: "read"})
+            with conn.begin():
+                yield conn
+
+    def _read(self, query: Callable[[Connection], T]) -> T:
+        with self._tx(write=False) as conn:
+            return query(conn)
+
+    def _write(self, change: Callable[[Connection], T]) -> T:
+        with self._tx() as conn:
+            return change(conn)
+
+    def close(self) -> None:
+        with self._lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.dispose()
+
+    # -- time and the round -------------------------------------------------------------------
+    def now_ms(self) -> int:
+        if not self._postgres:
+            return sql_round.HOST_CLOCK.now_ms()
+        return self._read(lambda conn: int(conn.execute(select(sql_round.PG_NOW)).scalar_one()))
+
+    def earliest_due_ms(self) -> int | None:
+        query = select(func.min(schedules.c.next_due_ms))
+        value = self._read(lambda conn: conn.execute(query).scalar())
+        return None if value is None else int(value)
+
+    @contextmanager
+    def claim_due(self, now_ms: int, limit: int) -> Iterator[SqlClaim]:
+        if limit < 1:
+            raise InvalidArgument(f"claim_due needs a limit of at least 1; got {limit}")
+        with self._tx() as conn:
+            due = sql_round.due(conn, now_ms, limit, lock=self._postgres)
+            yield SqlClaim(conn, due, self._guard)
+
+    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
+        if events:
+            self._write(lambda conn: sql_round.record(conn, events, epoch))
+
+    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
+        if not advances:
+            return []
+        sql_round.check_advances(advances)
+        apply = sql_round.advance_pg if self._postgres else sql_round.advance_sqlite
+        with self._tx() as conn:
+            now = sql_round.check_fence(conn, epoch)
+            applied = apply(conn, advances, epoch, now)
+        return [item.schedule_id in applied for item in advances]
+
+    def register_epoch(self, epoch: int) -> None:
+        self._write(lambda conn: sql_round.register_epoch(conn, epoch))
+
+    def leader_info(self) -> LeaderInfo:
+        query = select(fence.c.holder, fence.c.epoch, fence.c.expires_at_ms).where(
+            fence.c.id == FENCE_ID
+        )
+        row = self._read(lambda conn: conn.execute(query).first())
+        if row is None:
+            return LeaderInfo(holder=None, epoch=0, expires_at_ms=None)
+        return LeaderInfo(holder=row.holder, epoch=row.epoch, expires_at_ms=row.expires_at_ms)
+
+    # -- schema -------------------------------------------------------------------------------
+    def ensure_schema(self) -> None:
+        self._write(lambda conn: sql_schema.ensure(conn, self.shown_url))
+
+    def migrate(self) -> str:
+        return self._write(lambda conn: sql_schema.upgrade(conn, self.shown_url))
+
+    # -- definitions, history, status (sql_admin) ---------------------------------------------
+    def get(self, name: str) -> ScheduleRecord | None:
+        return self._read(lambda conn: sql_admin.get(conn, name))
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        return self._read(sql_admin.list_schedules)
+
+    def upsert(
+        self, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
+    ) -> UpsertResult:
+        return self._write(
+            lambda conn: sql_admin.upsert(conn, definition, source, first_tick_ms, now_ms)
+        )
+
+    def archive_missing(self, keep_names: Sequence[str], source: Source, now_ms: int) -> list[str]:
+        return self._write(lambda conn: sql_admin.archive_missing(conn, keep_names, source, now_ms))
+
+    def set_state(
+        self,
+        name: str,
+        state: ScheduleState,
+        now_ms: int,
+        next_tick_ms: int | None = None,
+        next_due_ms: int | None = None,
+    ) -> ScheduleRecord:
+        return self._write(
+            lambda conn: sql_admin.set_state(
+                conn,
+                name,
+                state,
+                now_ms=now_ms,
+                next_tick_ms=next_tick_ms,
+                next_due_ms=next_due_ms,
+            )
+        )
+
+    def delete(self, name: str) -> bool:
+        return self._write(lambda conn: sql_admin.delete_schedule(conn, name))
+
+    def history(self, name: str, limit: int, before_id: int | None = None) -> list[StoredEvent]:
+        return self._read(lambda conn: sql_admin.history(conn, name, limit, before_id))
+
+    def find_enqueued(self, task_id: str) -> StoredEvent | None:
+        return self._read(lambda conn: sql_admin.find_enqueued(conn, task_id))
+
+    def prune_history(self, names: Sequence[str], keep: int) -> int:
+        return self._write(lambda conn: sql_admin.prune_history(conn, names, keep))
+
+    def counts_by_state(self) -> dict[str, int]:
+        return self._read(sql_admin.counts_by_state)
+
+    def due_backlog(self, now_ms: int) -> int:
+        return self._read(lambda conn: sql_admin.due_backlog(conn, now_ms))
+
+
+class SqlClaim:
+    """The due rows of one round, and the transaction that holds them (see ``Claim``)."""
+
+    schedules: Sequence[DueSchedule]
+
+    def __init__(
+        self,
+        conn: Connection,
+        due: Sequence[DueSchedule],
+        guard: Callable[[], AbstractContextManager[None]],
+    ) -> None:
+        self._conn = conn
+        self._guard = guard
+        self.schedules = due
+
+    def enqueued_task_ids(self, task_ids: Sequence[str]) -> set[str]:
+        with self._guard():
+            return sql_round.enqueued_among(self._conn, task_ids)
+
+    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
+        if events:
+            with self._guard():
+                sql_round.record(self._conn, events, epoch)
+
+
+if TYPE_CHECKING:
+
+    def _conforms(store: SqlStore) -> Store:
+        """mypy proves here that SqlStore keeps the whole Store protocol."""
+        return store

@@ -1,0 +1,326 @@
+"""Control-plane queries of the SQL store: definitions, state changes, history, status.
+
+These run a handful of times per sync or per operator action, never per tick, so they favour
+plain, obviously-correct statements over batching. Each function takes the connection of a
+transaction its caller (``SqlStore``) opened; none of them commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Row
+
+from celery_durable_beat.exceptions import InvalidArgument, ScheduleNotFound
+from celery_durable_beat.ids import jitter_offset_ms
+from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
+from celery_durable_beat.store.base import (
+    ScheduleRecord,
+    StoredEvent,
+    UpsertResult,
+    iter_chunks,
+)
+from celery_durable_beat.store.sql_engine import IN_CHUNK
+from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs, schedules
+
+
+def name_key(name: str) -> str:
+    """Names are case-insensitive: rows are found by the lower-cased name."""
+    return name.lower()
+
+
+def _storable_key(name: str) -> str:
+    """The key of a name about to be stored; the columns hold at most NAME_LENGTH characters."""
+    key = name.lower()
+    if not name or len(name) > NAME_LENGTH or len(key) > NAME_LENGTH:
+        raise InvalidArgument(f"schedule name {name!r} must have 1 to {NAME_LENGTH} characters")
+    return key
+
+
+def to_record(row: Row[Any]) -> ScheduleRecord:
+    return ScheduleRecord(
+        id=row.id,
+        name=row.name,
+        definition=Definition.from_json(row.name, row.definition),
+        definition_hash=row.definition_hash,
+        version=row.version,
+        source=Source(row.source),
+        state=ScheduleState(row.state),
+        next_tick_ms=row.next_tick_ms,
+        next_due_ms=row.next_due_ms,
+        last_tick_ms=row.last_tick_ms,
+        last_outcome=None if row.last_outcome is None else Outcome(row.last_outcome),
+        failures=row.failures,
+        created_at_ms=row.created_at_ms,
+        updated_at_ms=row.updated_at_ms,
+    )
+
+
+def get(conn: Connection, name: str) -> ScheduleRecord | None:
+    row = conn.execute(select(schedules).where(schedules.c.name_key == name_key(name))).first()
+    return None if row is None else to_record(row)
+
+
+def list_schedules(conn: Connection) -> list[ScheduleRecord]:
+    rows = conn.execute(select(schedules).order_by(schedules.c.name_key, schedules.c.id))
+    return [to_record(row) for row in rows]
+
+
+def upsert(
+    conn: Connection, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
+) -> UpsertResult:
+    """See ``Store.upsert``. Two more rules the contract leaves open:
+
+    - config sync never touches an API-created schedule (SPEC §3): a ``config`` upsert of a name
+      owned by ``api`` is ``unchanged`` and writes nothing; ``source`` never changes;
+    - re-activating an archived, otherwise unchanged schedule keeps its version (its definition
+      did not change) and reports ``updated`` (its state did).
+    """
+    key = _storable_key(definition.name)
+    digest = definition.definition_hash()
+    for _attempt in range(2):
+        row = conn.execute(
+            select(schedules).where(schedules.c.name_key == key).with_for_update()
+        ).first()
+        if row is None:
+            if _insert(
+                conn,
+                definition,
+                key=key,
+                digest=digest,
+                source=source,
+                first_tick_ms=first_tick_ms,
+                now_ms=now_ms,
+            ):
+                return UpsertResult(definition.name, "created", 1)
+            continue  # a concurrent upsert created it first: treat it as an update of that row
+        return _update(
+            conn,
+            row,
+            definition,
+            digest=digest,
+            source=source,
+            first_tick_ms=first_tick_ms,
+            now_ms=now_ms,
+        )
+    raise AssertionError(f"schedule {definition.name!r} neither inserted nor found")
+
+
+def _plan(definition: Definition, first_tick_ms: int) -> dict[str, Any]:
+    """State and next tick of a created, changed or re-activated schedule."""
+    if not definition.enabled:
+        return {
+            "state": ScheduleState.PAUSED.value,
+            "next_tick_ms": first_tick_ms,
+            "next_due_ms": None,
+            "failures": 0,
+        }
+    offset = jitter_offset_ms(definition.name, first_tick_ms, definition.jitter)
+    return {
+        "state": ScheduleState.ACTIVE.value,
+        "next_tick_ms": first_tick_ms,
+        "next_due_ms": first_tick_ms + offset,
+        "failures": 0,
+    }
+
+
+def _insert(
+    conn: Connection,
+    definition: Definition,
+    *,
+    key: str,
+    digest: str,
+    source: Source,
+    first_tick_ms: int,
+    now_ms: int,
+) -> bool:
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    stmt = (
+        dialect_insert(schedules)
+        .values(
+            name=definition.name,
+            name_key=key,
+            definition=definition.to_json(),
+            definition_hash=digest,
+            version=1,
+            source=source.value,
+            epoch=0,
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+            **_plan(definition, first_tick_ms),
+        )
+        .on_conflict_do_nothing(index_elements=[schedules.c.name_key])
+        .returning(schedules.c.id)
+    )
+    return conn.execute(stmt).first() is not None
+
+
+def _update(
+    conn: Connection,
+    row: Row[Any],
+    definition: Definition,
+    *,
+    digest: str,
+    source: Source,
+    first_tick_ms: int,
+    now_ms: int,
+) -> UpsertResult:
+    archived = row.state == ScheduleState.ARCHIVED.value
+    same = row.definition_hash == digest
+    if (source is Source.CONFIG and row.source == Source.API.value) or (same and not archived):
+        return UpsertResult(row.name, "unchanged", row.version)
+    version = row.version if same else row.version + 1
+    conn.execute(
+        update(schedules)
+        .where(schedules.c.id == row.id)
+        .values(
+            name=definition.name,
+            definition=definition.to_json(),
+            definition_hash=digest,
+            version=version,
+            updated_at_ms=now_ms,
+            **_plan(definition, first_tick_ms),
+        )
+    )
+    return UpsertResult(definition.name, "updated", version)
+
+
+def archive_missing(
+    conn: Connection, keep_names: Sequence[str], source: Source, now_ms: int
+) -> list[str]:
+    keep = {name.lower() for name in keep_names}
+    rows = conn.execute(
+        select(schedules.c.id, schedules.c.name, schedules.c.name_key).where(
+            schedules.c.source == source.value,
+            schedules.c.state != ScheduleState.ARCHIVED.value,
+        )
+    ).all()
+    gone = [row for row in rows if row.name_key not in keep]
+    for chunk in iter_chunks(gone, IN_CHUNK):
+        conn.execute(
+            update(schedules)
+            .where(schedules.c.id.in_([row.id for row in chunk]))
+            .values(
+                state=ScheduleState.ARCHIVED.value,
+                next_tick_ms=None,
+                next_due_ms=None,
+                failures=0,
+                updated_at_ms=now_ms,
+            )
+        )
+    return sorted(row.name for row in gone)
+
+
+def set_state(
+    conn: Connection,
+    name: str,
+    state: ScheduleState,
+    *,
+    now_ms: int,
+    next_tick_ms: int | None,
+    next_due_ms: int | None,
+) -> ScheduleRecord:
+    """Write the state and exactly the given next tick/due (None clears them)."""
+    if state is not ScheduleState.ACTIVE and next_due_ms is not None:
+        raise InvalidArgument(f"a {state.value} schedule has no next_due_ms; got {next_due_ms}")
+    if state is ScheduleState.ACTIVE and (next_tick_ms is None or next_due_ms is None):
+        raise InvalidArgument("an active schedule needs next_tick_ms and next_due_ms")
+    result = conn.execute(
+        update(schedules)
+        .where(schedules.c.name_key == name_key(name))
+        .values(
+            state=state.value,
+            next_tick_ms=next_tick_ms,
+            next_due_ms=next_due_ms,
+            failures=0,
+            updated_at_ms=now_ms,
+        )
+    )
+    if result.rowcount == 0:
+        raise ScheduleNotFound(name)
+    record = get(conn, name)
+    assert record is not None
+    return record
+
+
+def delete_schedule(conn: Connection, name: str) -> bool:
+    result = conn.execute(delete(schedules).where(schedules.c.name_key == name_key(name)))
+    return result.rowcount > 0
+
+
+def _events_query() -> Any:
+    return select(*audit.c, runs.c.state.label("run_state")).select_from(
+        audit.outerjoin(runs, runs.c.task_id == audit.c.task_id)
+    )
+
+
+def to_event(row: Row[Any]) -> StoredEvent:
+    return StoredEvent(
+        id=row.id,
+        schedule=row.schedule,
+        tick_ms=row.tick_ms,
+        task_id=row.task_id,
+        trigger=Trigger(row.trigger),
+        outcome=Outcome(row.outcome),
+        reason=row.reason,
+        lag_ms=row.lag_ms,
+        version=row.version,
+        epoch=row.epoch,
+        recorded_at_ms=row.recorded_at_ms,
+        detail=row.detail,
+        run_state=row.run_state,
+    )
+
+
+def history(conn: Connection, name: str, limit: int, before_id: int | None) -> list[StoredEvent]:
+    if limit < 1:
+        raise InvalidArgument(f"history limit must be at least 1; got {limit}")
+    query = _events_query().where(audit.c.schedule_key == name_key(name))
+    if before_id is not None:
+        query = query.where(audit.c.id < before_id)
+    rows = conn.execute(query.order_by(audit.c.id.desc()).limit(limit))
+    return [to_event(row) for row in rows]
+
+
+def find_enqueued(conn: Connection, task_id: str) -> StoredEvent | None:
+    row = conn.execute(_events_query().where(audit.c.task_id == task_id, ENQUEUED)).first()
+    return None if row is None else to_event(row)
+
+
+def prune_history(conn: Connection, names: Sequence[str], keep: int) -> int:
+    """One DELETE per schedule below the id of its ``keep``-th newest event."""
+    if keep < 0:
+        raise InvalidArgument(f"keep must be 0 or more; got {keep}")
+    removed = 0
+    for key in sorted({name_key(name) for name in names}):
+        if keep == 0:
+            result = conn.execute(delete(audit).where(audit.c.schedule_key == key))
+        else:
+            threshold = (
+                select(audit.c.id)
+                .where(audit.c.schedule_key == key)
+                .order_by(audit.c.id.desc())
+                .offset(keep - 1)
+                .limit(1)
+                .scalar_subquery()
+            )
+            result = conn.execute(
+                delete(audit).where(audit.c.schedule_key == key, audit.c.id < threshold)
+            )
+        removed += result.rowcount
+    return removed
+
+
+def counts_by_state(conn: Connection) -> dict[str, int]:
+    counts = {state.value: 0 for state in ScheduleState}
+    rows = conn.execute(select(schedules.c.state, func.count()).group_by(schedules.c.state)).all()
+    counts.update((state, int(count)) for state, count in rows)
+    return counts
+
+
+def due_backlog(conn: Connection, now_ms: int) -> int:
+    query = select(func.count()).select_from(schedules).where(schedules.c.next_due_ms <= now_ms)
+    return int(conn.execute(query).scalar_one())

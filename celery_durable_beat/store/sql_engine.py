@@ -1,0 +1,115 @@
+"""Engines for the SQL store: URL rules, PostgreSQL and SQLite connection settings.
+
+Kept apart from the queries because it is where the two backends differ most and where the
+transaction discipline is set: PostgreSQL runs each store call in one READ COMMITTED
+transaction; SQLite gets explicit ``BEGIN IMMEDIATE`` for writes (taking the write lock up front
+so a read-then-write never fails with ``SQLITE_BUSY`` halfway) and ``BEGIN DEFERRED`` for reads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import create_engine, event
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.pool import StaticPool
+
+from celery_durable_beat.exceptions import InvalidArgument, StoreUnavailable
+
+PG_CONNECT_TIMEOUT_S = 10
+"""How long connecting to PostgreSQL may take: an outage must surface, not hang beat."""
+
+IN_CHUNK = 500
+"""Most bound values in one IN list (SQLite caps the variables of a statement)."""
+
+BEGIN_OPTION = "durable_beat_begin"
+"""Execution option choosing the SQLite BEGIN flavour; ``read`` or the default ``write``."""
+
+_SQLITE_BEGIN = {"read": "BEGIN DEFERRED", "write": "BEGIN IMMEDIATE"}
+_PG_ALIASES = ("postgres", "postgresql")
+
+
+def normalize_url(url: str) -> URL:
+    """Parse a store URL; bare ``postgres://``/``postgresql://`` mean psycopg 3.
+
+    Raises InvalidArgument for a malformed URL or a backend the store does not support, at
+    construction time, because that is a configuration mistake no retry will fix.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise InvalidArgument(f"durable_beat_url {url!r} is not a SQLAlchemy URL: {exc}") from exc
+    if parsed.drivername in _PG_ALIASES:
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    backend = parsed.get_backend_name()
+    if backend not in ("postgresql", "sqlite"):
+        shown = parsed.render_as_string(hide_password=True)
+        raise InvalidArgument(
+            f"durable_beat_url {shown} uses {backend!r}; the store supports "
+            "postgresql://user@host/db and sqlite:///path/to/file.sqlite3"
+        )
+    return parsed
+
+
+def build_engine(url: URL) -> Engine:
+    """A pooled engine for ``url``; connects only when first used."""
+    if url.get_backend_name() == "sqlite":
+        return _sqlite_engine(url)
+    return _pg_engine(url)
+
+
+def _pg_engine(url: URL) -> Engine:
+    connect_args: dict[str, Any] = {}
+    if "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    if "application_name" not in url.query:
+        connect_args["application_name"] = "celery_durable_beat"
+    # pre_ping: after a database restart the pool would otherwise hand out dead connections.
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+
+
+def _is_memory(url: URL) -> bool:
+    database = url.database or ""
+    return database in ("", ":memory:") or url.query.get("mode") == "memory"
+
+
+def _sqlite_engine(url: URL) -> Engine:
+    memory = _is_memory(url)
+    if not memory and "uri" not in url.query:
+        folder = Path(url.database or "").expanduser().absolute().parent
+        if not folder.is_dir():
+            shown = url.render_as_string(hide_password=True)
+            raise StoreUnavailable(
+                f"the durable beat store {shown} cannot be opened: the folder {folder} does not "
+                "exist; create it or point durable_beat_url elsewhere"
+            )
+    options: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+    if memory:
+        # One shared connection, or every pooled connection would see its own empty database.
+        options["poolclass"] = StaticPool
+    engine = create_engine(url, **options)
+    event.listen(engine, "connect", _sqlite_on_connect)
+    event.listen(engine, "begin", _sqlite_on_begin)
+    return engine
+
+
+def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
+    # The sqlite3 module's own transaction handling begins lazily and only before DML; turning it
+    # off lets the "begin" listener emit the BEGIN flavour each call needs.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        # A writer waits up to 10 s for the write lock before the call fails as unavailable.
+        cursor.execute("PRAGMA busy_timeout = 10000")
+        # WAL lets readers (CLI, console) work while beat writes.
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def _sqlite_on_begin(connection: Connection) -> None:
+    flavour = connection.get_execution_options().get(BEGIN_OPTION, "write")
+    connection.exec_driver_sql(_SQLITE_BEGIN[flavour])

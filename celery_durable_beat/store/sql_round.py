@@ -1,0 +1,252 @@
+"""The round's hot path on SQL: the due query, audit inserts, compare-and-set advances.
+
+Each is batched so a round of thousands of due schedules costs a few statements, not thousands:
+audit rows go in one executemany; PostgreSQL advances in one ``UPDATE … FROM unnest(…)`` whose
+RETURNING says which rows moved; SQLite, which has the write lock for the whole transaction,
+decides the compare-and-set from one read and writes the winners in one executemany.
+
+Fencing is checked in the writing transaction by reading the fence row, never by holding a lock
+on it: the store lease renews that row every round, and a stalled old leader holding a lock on it
+would stall the new leader, which is exactly the failure fencing exists to survive. A write is
+therefore judged against the newest epoch committed when it runs; the compare-and-set on each
+schedule row settles any write that races an epoch change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import ARRAY, BigInteger, String, bindparam, column, extract, func, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import BindParameter
+
+from celery_durable_beat.clock import SystemClock
+from celery_durable_beat.exceptions import InvalidArgument, StaleEpoch
+from celery_durable_beat.model import Definition, ScheduleState
+from celery_durable_beat.store import sql_schema
+from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, iter_chunks
+from celery_durable_beat.store.sql_engine import IN_CHUNK
+from celery_durable_beat.store.tables import ENQUEUED, FENCE_ID, audit, fence, schedules
+
+PG_NOW = func.floor(extract("epoch", func.clock_timestamp()) * 1000).cast(BigInteger)
+"""PostgreSQL's clock in epoch ms; ``clock_timestamp`` moves within a transaction, ``now()`` not."""
+
+HOST_CLOCK = SystemClock()
+
+
+def enqueued_among(conn: Connection, task_ids: Sequence[str]) -> set[str]:
+    """Which task ids have an ``enqueued`` record, through the partial unique index.
+
+    PostgreSQL gets the ids as one array (a semi-join the planner can hash, whatever the size);
+    SQLite gets IN lists within its variable limit.
+    """
+    if conn.dialect.name == "postgresql":
+        wanted = (
+            func.unnest(bindparam("ids", type_=ARRAY(String())))
+            .table_valued("task_id")
+            .render_derived(name="wanted")
+        )
+        query = select(audit.c.task_id).where(
+            ENQUEUED, audit.c.task_id.in_(select(wanted.c.task_id))
+        )
+        return set(conn.execute(query, {"ids": list(task_ids)}).scalars())
+    found: set[str] = set()
+    for chunk in iter_chunks(list(dict.fromkeys(task_ids)), IN_CHUNK):
+        query = select(audit.c.task_id).where(ENQUEUED, audit.c.task_id.in_(chunk))
+        found.update(conn.execute(query).scalars())
+    return found
+
+
+def due(conn: Connection, now_ms: int, limit: int, *, lock: bool) -> list[DueSchedule]:
+    query = (
+        select(
+            schedules.c.id,
+            schedules.c.name,
+            schedules.c.definition,
+            schedules.c.version,
+            schedules.c.next_tick_ms,
+            schedules.c.last_tick_ms,
+            schedules.c.failures,
+        )
+        .where(schedules.c.next_due_ms <= now_ms)
+        .order_by(schedules.c.next_due_ms)
+        .limit(limit)
+    )
+    if lock:
+        # Rows another beat holds are skipped, not waited for (rule 2).
+        query = query.with_for_update(skip_locked=True)
+    return [
+        DueSchedule(
+            id=row.id,
+            name=row.name,
+            definition=Definition.from_json(row.name, row.definition),
+            version=row.version,
+            next_tick_ms=row.next_tick_ms,
+            last_tick_ms=row.last_tick_ms,
+            failures=row.failures,
+        )
+        for row in conn.execute(query)
+    ]
+
+
+def check_fence(conn: Connection, epoch: int) -> int:
+    """Raise StaleEpoch when ``epoch`` is older than the newest seen; else return the store time."""
+    newest_query = select(fence.c.epoch).where(fence.c.id == FENCE_ID).scalar_subquery()
+    if conn.dialect.name == "postgresql":
+        # One round trip for both: the fence and the server clock that stamps the write.
+        newest, now = conn.execute(select(newest_query, PG_NOW)).one()
+    else:
+        newest, now = conn.execute(select(newest_query)).scalar(), HOST_CLOCK.now_ms()
+    newest = newest or 0  # a missing fence row (hand-made schema) counts as epoch 0
+    if epoch < newest:
+        raise StaleEpoch(
+            f"a write carried fencing epoch {epoch}, older than {newest}, the newest this store "
+            "has seen: another beat leads now"
+        )
+    return int(now)
+
+
+def _value(member: Any) -> Any:
+    """Enum members stored as their value (``str()`` of a str-mixin enum is its qualified name)."""
+    return getattr(member, "value", member)
+
+
+def record(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
+    now = check_fence(conn, epoch)
+    rows = [
+        {
+            "schedule": event.schedule,
+            "schedule_key": event.schedule.lower(),
+            "tick_ms": event.tick_ms,
+            "task_id": event.task_id,
+            "trigger": _value(event.trigger),
+            "outcome": _value(event.outcome),
+            "reason": _value(event.reason),
+            "lag_ms": event.lag_ms,
+            "version": event.version,
+            "epoch": epoch,
+            "recorded_at_ms": now,
+            "detail": dict(event.detail),
+        }
+        for event in events
+    ]
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    # A second enqueued event for a task id is dropped by the partial unique index (rule 3).
+    stmt = dialect_insert(audit).on_conflict_do_nothing(
+        index_elements=[audit.c.task_id], index_where=ENQUEUED
+    )
+    conn.execute(stmt, rows)
+
+
+def check_advances(advances: Sequence[Advance]) -> None:
+    seen: set[int] = set()
+    for item in advances:
+        if item.schedule_id in seen:
+            raise InvalidArgument(f"schedule id {item.schedule_id} is advanced twice in one batch")
+        seen.add(item.schedule_id)
+        active = item.state is ScheduleState.ACTIVE
+        if active != (item.next_due_ms is not None):
+            raise InvalidArgument(
+                f"schedule id {item.schedule_id}: next_due_ms must be set exactly when the "
+                f"state is active; got state {item.state.value} and next_due_ms {item.next_due_ms}"
+            )
+
+
+def _advance_values(item: Advance, epoch: int, now: int) -> dict[str, Any]:
+    return {
+        "next_tick_ms": item.next_tick_ms,
+        "next_due_ms": item.next_due_ms,
+        "last_tick_ms": item.last_tick_ms,
+        "last_outcome": _value(item.last_outcome),
+        "failures": item.failures,
+        "state": item.state.value,
+        "epoch": epoch,
+        "updated_at_ms": now,
+    }
+
+
+_MOVED = ("next_tick_ms", "next_due_ms", "last_tick_ms", "failures", "last_outcome", "state")
+_TEXT_COLUMNS = frozenset({"last_outcome", "state"})
+
+
+def _advance_from_arrays() -> Any:
+    """``UPDATE schedules … FROM unnest(:a_id, :a_expected, …) AS given(…) … RETURNING id``."""
+    names = ("id", "expected", *_MOVED)
+    arrays: list[BindParameter[Any]] = [
+        bindparam(f"a_{name}", type_=ARRAY(String() if name in _TEXT_COLUMNS else BigInteger()))
+        for name in names
+    ]
+    given = (
+        func.unnest(*arrays)
+        .table_valued(*(column(name) for name in names))
+        .render_derived(name="given")
+    )
+    return (
+        update(schedules)
+        .where(
+            schedules.c.id == given.c.id,
+            schedules.c.next_tick_ms == given.c.expected,
+            # A schedule paused or archived since the round read it stays where it is.
+            schedules.c.state == ScheduleState.ACTIVE.value,
+        )
+        .values(
+            {
+                **{name: given.c[name] for name in _MOVED},
+                "epoch": bindparam("a_epoch"),
+                "updated_at_ms": bindparam("a_now"),
+            }
+        )
+        .returning(schedules.c.id)
+    )
+
+
+def advance_pg(conn: Connection, advances: Sequence[Advance], epoch: int, now: int) -> set[int]:
+    """One statement per chunk, whatever the number of schedules: arrays in, moved ids out."""
+    stmt = _advance_from_arrays()
+    applied: set[int] = set()
+    for chunk in iter_chunks(advances, 5000):
+        rows = [_advance_values(item, epoch, now) for item in chunk]
+        params: dict[str, Any] = {f"a_{name}": [row[name] for row in rows] for name in _MOVED}
+        params["a_id"] = [item.schedule_id for item in chunk]
+        params["a_expected"] = [item.expected_next_tick_ms for item in chunk]
+        params["a_epoch"], params["a_now"] = epoch, now
+        applied.update(conn.execute(stmt, params).scalars())
+    return applied
+
+
+def advance_sqlite(conn: Connection, advances: Sequence[Advance], epoch: int, now: int) -> set[int]:
+    """Decide the compare-and-set in Python, then one executemany.
+
+    Exact because the transaction began IMMEDIATE: no other writer can move a row between the
+    read and the update. (SQLite reports no per-row counts for executemany.)
+    """
+    expected = {item.schedule_id: item.expected_next_tick_ms for item in advances}
+    applied: set[int] = set()
+    for chunk in iter_chunks(list(expected), IN_CHUNK):
+        rows = conn.execute(
+            select(schedules.c.id, schedules.c.next_tick_ms).where(
+                schedules.c.id.in_(chunk), schedules.c.state == ScheduleState.ACTIVE.value
+            )
+        )
+        applied.update(row.id for row in rows if row.next_tick_ms == expected[row.id])
+    moving = [
+        {"b_id": item.schedule_id, **_advance_values(item, epoch, now)}
+        for item in advances
+        if item.schedule_id in applied
+    ]
+    if moving:
+        conn.execute(update(schedules).where(schedules.c.id == bindparam("b_id")), moving)
+    return applied
+
+
+def register_epoch(conn: Connection, epoch: int) -> None:
+    raised = conn.execute(
+        update(fence).where(fence.c.id == FENCE_ID, fence.c.epoch < epoch).values(epoch=epoch)
+    )
+    if raised.rowcount == 0:
+        sql_schema.seed_fence(conn)  # a missing row (hand-made schema) must not disable fencing
+        conn.execute(
+            update(fence).where(fence.c.id == FENCE_ID, fence.c.epoch < epoch).values(epoch=epoch)
+        )

@@ -1,0 +1,128 @@
+"""Creating and checking the store's schema with Alembic, driven from code.
+
+Beat creates the schema on an empty database so the embedded SQLite default needs no extra step,
+but it never upgrades on its own: an upgrade of a shared production database is an operator's
+decision (``celery -A proj durable-beat migrate``). Both paths run under a migration lock (a
+PostgreSQL advisory lock; SQLite's write lock) so two beats starting together cannot both try to
+create the tables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import func, inspect, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+
+from celery_durable_beat.exceptions import SchemaOutdated
+from celery_durable_beat.store.tables import FENCE_ID, VERSION_TABLE, fence, metadata
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+MIGRATE_HINT = "run: celery -A proj durable-beat migrate"
+
+_LOCK_KEY = 0x64_75_72_61_62_6C_65
+"""PostgreSQL advisory lock id of schema changes ("durable" in ASCII)."""
+
+_OUR_TABLES = frozenset(metadata.tables)
+
+
+def _config(connection: Connection | None = None) -> Config:
+    config = Config()
+    # ConfigParser interpolation would read a '%' in the install path as a format directive.
+    config.set_main_option("script_location", str(MIGRATIONS).replace("%", "%%"))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The newest revision this version of the package ships."""
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None, "the migrations folder has no revision"
+    return head
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The revision recorded in the database, None when it has none."""
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def lock(connection: Connection) -> None:
+    """Serialise schema work; released when the caller's transaction ends."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(select(func.pg_advisory_xact_lock(_LOCK_KEY)))
+
+
+def ensure(connection: Connection, shown_url: str) -> None:
+    """Create the schema on an empty database, accept it at head, refuse anything else."""
+    lock(connection)
+    tables = set(inspect(connection).get_table_names())
+    if VERSION_TABLE not in tables and not tables & _OUR_TABLES:
+        upgrade(connection, shown_url)
+        return
+    _require_head(connection, tables, shown_url)
+    seed_fence(connection)
+
+
+def upgrade(connection: Connection, shown_url: str) -> str:
+    """Upgrade to head inside the caller's transaction; return the head revision."""
+    lock(connection)
+    tables = set(inspect(connection).get_table_names())
+    if VERSION_TABLE not in tables and tables & _OUR_TABLES:
+        raise SchemaOutdated(_unversioned_message(shown_url))
+    try:
+        command.upgrade(_config(connection), "head")
+    except CommandError as exc:
+        # Typically a revision this version does not know: a newer release migrated the database.
+        raise SchemaOutdated(
+            f"the durable beat schema at {shown_url} cannot be upgraded: {exc}; "
+            "install the celery_durable_beat release that migrated it, or a newer one"
+        ) from exc
+    seed_fence(connection)
+    return head_revision()
+
+
+def seed_fence(connection: Connection) -> None:
+    """Make sure the single fence row exists (epoch 0 on a new database)."""
+    dialect_insert = postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert
+    connection.execute(
+        dialect_insert(fence)
+        .values(id=FENCE_ID, epoch=0)
+        .on_conflict_do_nothing(index_elements=[fence.c.id])
+    )
+
+
+def _require_head(connection: Connection, tables: set[str], shown_url: str) -> None:
+    if VERSION_TABLE not in tables:
+        raise SchemaOutdated(_unversioned_message(shown_url))
+    current = current_revision(connection)
+    head = head_revision()
+    if current == head:
+        return
+    script = ScriptDirectory.from_config(_config())
+    known = current is None or current in {rev.revision for rev in script.walk_revisions()}
+    if not known:
+        raise SchemaOutdated(
+            f"the durable beat schema at {shown_url} is at revision {current}, which this "
+            f"version (needing {head}) does not know: a newer celery_durable_beat migrated it; "
+            "upgrade celery_durable_beat"
+        )
+    raise SchemaOutdated(
+        f"the durable beat schema at {shown_url} is at revision {current or 'base'}, "
+        f"this version needs {head}; {MIGRATE_HINT}"
+    )
+
+
+def _unversioned_message(shown_url: str) -> str:
+    return (
+        f"the durable beat schema at {shown_url} has durable_beat_* tables but no "
+        f"{VERSION_TABLE} table, so its revision is unknown; move those tables away, then "
+        f"{MIGRATE_HINT}"
+    )

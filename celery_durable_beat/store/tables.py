@@ -1,0 +1,135 @@
+"""The one schema of the SQL store, as SQLAlchemy Core tables.
+
+Migrations are written by hand against this module and a test proves the migrated database
+equals it (``tests/migration``), so change both together. Every table carries the
+``durable_beat_`` prefix because the store often shares a database with the application.
+
+Times are UTC epoch milliseconds in BIGINT columns rather than timestamps: the dispatch layer
+computes in milliseconds, tick identities are millisecond instants, and integers compare the
+same way on PostgreSQL and SQLite.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+    literal_column,
+)
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+VERSION_TABLE = "durable_beat_alembic_version"
+"""Alembic's bookkeeping table; prefixed so it never collides with the application's own."""
+
+NAME_LENGTH = 200
+"""Longest schedule name (and lower-cased name) the store accepts."""
+
+TASK_ID_LENGTH = 300
+"""Room for ``<key>@manual-<32 hex>`` with the longest key a 200-character name can produce."""
+
+# SQLite only gives a column the rowid autoincrement behaviour when it is exactly INTEGER.
+_ID = BigInteger().with_variant(Integer(), "sqlite")
+
+schedules = Table(
+    "durable_beat_schedules",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("name", String(NAME_LENGTH), nullable=False),
+    Column("name_key", String(NAME_LENGTH), nullable=False),
+    Column("definition", JSON(), nullable=False),
+    Column("definition_hash", String(64), nullable=False),
+    Column("version", Integer(), nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("next_tick_ms", BigInteger(), nullable=True),
+    # NULL unless active (checked below), so the due index holds only schedules that can fire.
+    Column("next_due_ms", BigInteger(), nullable=True),
+    Column("last_tick_ms", BigInteger(), nullable=True),
+    Column("last_outcome", String(16), nullable=True),
+    Column("failures", Integer(), nullable=False),
+    Column("epoch", BigInteger(), nullable=False),
+    Column("created_at_ms", BigInteger(), nullable=False),
+    Column("updated_at_ms", BigInteger(), nullable=False),
+    UniqueConstraint("name_key"),
+    CheckConstraint("source IN ('config', 'api')", name="source"),
+    CheckConstraint("state IN ('active', 'paused', 'archived', 'quarantined')", name="state"),
+    CheckConstraint("state = 'active' OR next_due_ms IS NULL", name="due_only_when_active"),
+)
+Index("ix_durable_beat_schedules_next_due_ms", schedules.c.next_due_ms)
+
+audit = Table(
+    "durable_beat_audit",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("schedule", String(NAME_LENGTH), nullable=False),
+    Column("schedule_key", String(NAME_LENGTH), nullable=False),
+    Column("tick_ms", BigInteger(), nullable=False),
+    Column("task_id", String(TASK_ID_LENGTH), nullable=True),
+    Column("trigger", String(16), nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("reason", String(64), nullable=True),
+    Column("lag_ms", BigInteger(), nullable=True),
+    Column("version", Integer(), nullable=False),
+    Column("epoch", BigInteger(), nullable=False),
+    Column("recorded_at_ms", BigInteger(), nullable=False),
+    Column("detail", JSON(), nullable=False),
+)
+Index("ix_durable_beat_audit_schedule_key_id", audit.c.schedule_key, audit.c.id)
+
+ENQUEUED = audit.c.outcome == literal_column("'enqueued'")
+"""The partial unique index's predicate, as SQL text rather than a bound parameter: queries and
+ON CONFLICT targets repeat it verbatim so PostgreSQL can match them to the index even in a
+generic (prepared) plan."""
+
+Index(
+    "uq_durable_beat_audit_enqueued_task_id",
+    audit.c.task_id,
+    unique=True,
+    postgresql_where=ENQUEUED,
+    sqlite_where=ENQUEUED,
+)
+
+fence = Table(
+    "durable_beat_fence",
+    metadata,
+    Column("id", Integer(), primary_key=True, autoincrement=False),
+    Column("epoch", BigInteger(), nullable=False),
+    Column("holder", String(255), nullable=True),
+    Column("token", String(255), nullable=True),
+    Column("expires_at_ms", BigInteger(), nullable=True),
+    CheckConstraint("id = 1", name="single_row"),
+)
+
+FENCE_ID = 1
+"""The fence is one row: the newest epoch seen and, for the store lease, who holds it."""
+
+runs = Table(
+    "durable_beat_runs",
+    metadata,
+    Column("task_id", String(TASK_ID_LENGTH), primary_key=True),
+    Column("schedule_key", String(NAME_LENGTH), nullable=False),
+    Column("tick_ms", BigInteger(), nullable=False),
+    Column("trigger", String(16), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("hostname", String(255), nullable=True),
+    Column("updated_at_ms", BigInteger(), nullable=False),
+    Column("expires_at_ms", BigInteger(), nullable=True),
+)
+Index("ix_durable_beat_runs_schedule_key_tick_ms", runs.c.schedule_key, runs.c.tick_ms)

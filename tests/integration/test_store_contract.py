@@ -1,0 +1,560 @@
+"""The store contract (``store/base.py``) held against SqlStore on PostgreSQL and SQLite.
+
+One test per numbered rule and per method; every test gets a fresh, empty database.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from celery_durable_beat.exceptions import (
+    InvalidArgument,
+    ScheduleNotFound,
+    StaleEpoch,
+    StoreUnavailable,
+)
+from celery_durable_beat.ids import jitter_offset_ms, tick_task_id
+from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
+from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec
+from celery_durable_beat.store.base import Advance, AuditEvent
+from celery_durable_beat.store.sql import SqlStore
+from celery_durable_beat.store.tables import runs
+
+pytestmark = pytest.mark.integration
+
+MINUTE = 60_000
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SqlStore]:
+    sql_store = SqlStore(store_url)
+    sql_store.ensure_schema()
+    yield sql_store
+    sql_store.close()
+
+
+def definition(name: str, every_ms: int = MINUTE, **extra: object) -> Definition:
+    return Definition(name=name, task="tasks.work", spec=IntervalSpec(every_ms), **extra)  # type: ignore[arg-type]
+
+
+def add(store: SqlStore, name: str, first_tick_ms: int, *, enabled: bool = True) -> int:
+    store.upsert(definition(name, enabled=enabled), Source.CONFIG, first_tick_ms, now_ms=0)
+    record = store.get(name)
+    assert record is not None
+    return record.id
+
+
+def enqueued(name: str, tick_ms: int, **extra: object) -> AuditEvent:
+    return AuditEvent(
+        schedule=name,
+        tick_ms=tick_ms,
+        task_id=tick_task_id(name, tick_ms),
+        trigger=Trigger.AUTO,
+        outcome=Outcome.ENQUEUED,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def moved(schedule_id: int, expected: int, to: int, **extra: object) -> Advance:
+    fields: dict[str, object] = {
+        "next_due_ms": to,
+        "last_tick_ms": expected,
+        "last_outcome": Outcome.ENQUEUED,
+        "failures": 0,
+        **extra,
+    }
+    return Advance(schedule_id, expected, to, **fields)  # type: ignore[arg-type]
+
+
+# -- rule 1: time ---------------------------------------------------------------------------------
+def test_now_ms_is_the_store_clock_in_epoch_ms(store: SqlStore) -> None:
+    before = time.time_ns() // 1_000_000
+    now = store.now_ms()
+    assert abs(now - before) < 5_000
+    assert store.now_ms() >= now
+
+
+# -- rule 2: due rows -----------------------------------------------------------------------------
+def test_claim_due_returns_only_due_active_rows_earliest_first(store: SqlStore) -> None:
+    add(store, "late", 3_000)
+    add(store, "early", 1_000)
+    add(store, "future", 9_000)
+    add(store, "disabled", 500, enabled=False)
+    add(store, "paused", 800)
+    store.set_state("paused", ScheduleState.PAUSED, now_ms=1)
+
+    with store.claim_due(5_000, limit=10) as claim:
+        names = [due.name for due in claim.schedules]
+        first = claim.schedules[0]
+    assert names == ["early", "late"]
+    assert (first.next_tick_ms, first.version, first.failures, first.last_tick_ms) == (
+        1_000,
+        1,
+        0,
+        None,
+    )
+    assert first.definition == definition("early")
+
+
+def test_claim_due_honours_the_limit(store: SqlStore) -> None:
+    for index in range(5):
+        add(store, f"s{index}", 1_000 + index)
+    with store.claim_due(10_000, limit=3) as claim:
+        assert [due.name for due in claim.schedules] == ["s0", "s1", "s2"]
+    with pytest.raises(InvalidArgument), store.claim_due(10_000, limit=0):
+        pass
+
+
+def test_inactive_rows_never_become_due(store: SqlStore) -> None:
+    for name, state in [
+        ("paused", ScheduleState.PAUSED),
+        ("archived", ScheduleState.ARCHIVED),
+        ("quarantined", ScheduleState.QUARANTINED),
+    ]:
+        add(store, name, 1_000)
+        record = store.set_state(name, state, now_ms=1, next_tick_ms=1_000)
+        assert record.next_due_ms is None
+    with store.claim_due(10**12, limit=10) as claim:
+        assert list(claim.schedules) == []
+    assert store.earliest_due_ms() is None
+    assert store.due_backlog(10**12) == 0
+    with pytest.raises(InvalidArgument):
+        store.set_state("paused", ScheduleState.PAUSED, now_ms=1, next_due_ms=5)
+
+
+def test_earliest_due_ms(store: SqlStore) -> None:
+    assert store.earliest_due_ms() is None
+    add(store, "b", 7_000)
+    add(store, "a", 4_000)
+    assert store.earliest_due_ms() == 4_000
+
+
+def test_claims_on_postgresql_skip_rows_another_claim_holds(pg_url: str) -> None:
+    first_store, second_store = SqlStore(pg_url), SqlStore(pg_url)
+    first_store.ensure_schema()
+    for index in range(6):
+        add(first_store, f"s{index}", 1_000 + index)
+    seen: list[str] = []
+    try:
+        with first_store.claim_due(10_000, limit=3) as held:
+
+            def second_round() -> None:
+                with second_store.claim_due(10_000, limit=10) as other:
+                    seen.extend(due.name for due in other.schedules)
+
+            worker = threading.Thread(target=second_round)
+            worker.start()
+            worker.join(timeout=10)
+            assert not worker.is_alive(), "the second claim waited instead of skipping"
+            held_names = [due.name for due in held.schedules]
+        assert held_names == ["s0", "s1", "s2"]
+        assert seen == ["s3", "s4", "s5"]
+        with second_store.claim_due(10_000, limit=10) as after:  # released at commit
+            assert len(after.schedules) == 6
+    finally:
+        first_store.close()
+        second_store.close()
+
+
+# -- rule 3: audit before advance -----------------------------------------------------------------
+def test_claim_commits_audit_when_it_ends_and_rolls_back_on_error(store: SqlStore) -> None:
+    add(store, "job", 1_000)
+
+    def failing_round() -> None:
+        with store.claim_due(5_000, limit=10) as claim:
+            claim.record([enqueued("job", 1_000)], epoch=0)
+            raise RuntimeError("publish blew up")
+
+    with pytest.raises(RuntimeError):
+        failing_round()
+    assert store.history("job", limit=10) == []
+
+    with store.claim_due(5_000, limit=10) as claim:
+        claim.record([enqueued("job", 1_000, lag_ms=12, version=1)], epoch=0)
+        assert claim.enqueued_task_ids([tick_task_id("job", 1_000)]) == {tick_task_id("job", 1_000)}
+    [event] = store.history("job", limit=10)
+    assert (event.outcome, event.trigger, event.lag_ms, event.version) == (
+        Outcome.ENQUEUED,
+        Trigger.AUTO,
+        12,
+        1,
+    )
+    assert abs(event.recorded_at_ms - store.now_ms()) < 5_000
+
+
+def test_enqueued_event_is_unique_per_task_id(store: SqlStore) -> None:
+    add(store, "job", 1_000)
+    with store.claim_due(5_000, limit=10) as claim:
+        claim.record([enqueued("job", 1_000), enqueued("job", 1_000)], epoch=0)
+        claim.record([enqueued("job", 1_000)], epoch=0)
+    store.record([enqueued("job", 1_000)], epoch=0)  # a replay after a crash
+    duplicate = AuditEvent(
+        schedule="job",
+        tick_ms=1_000,
+        task_id=tick_task_id("job", 1_000),
+        trigger=Trigger.AUTO,
+        outcome=Outcome.DEDUPLICATED,
+        reason="already_enqueued",
+    )
+    store.record([duplicate, duplicate], epoch=0)  # only enqueued events are unique
+    outcomes = [event.outcome for event in store.history("job", limit=10)]
+    assert sorted(outcomes) == [Outcome.DEDUPLICATED, Outcome.DEDUPLICATED, Outcome.ENQUEUED]
+
+
+def test_enqueued_task_ids_reports_only_enqueued_records(store: SqlStore) -> None:
+    ids = [tick_task_id("job", tick) for tick in range(0, 3_000, 1_000)]
+    store.record([enqueued("job", 0)], epoch=0)
+    store.record(
+        [
+            AuditEvent(
+                schedule="job",
+                tick_ms=1_000,
+                task_id=ids[1],
+                trigger=Trigger.AUTO,
+                outcome=Outcome.FAILED,
+                reason="broker_unavailable",
+            )
+        ],
+        epoch=0,
+    )
+    with store.claim_due(0, limit=1) as claim:
+        assert claim.enqueued_task_ids(ids) == {ids[0]}
+        assert claim.enqueued_task_ids([]) == set()
+
+
+def test_record_outside_a_claim_and_event_fields(store: SqlStore) -> None:
+    event = AuditEvent(
+        schedule="Job",
+        tick_ms=1_000,
+        task_id=None,
+        trigger=Trigger.AUTO,
+        outcome=Outcome.SKIPPED,
+        reason="missed",
+        detail={"count": 3, "first_ms": 1_000, "last_ms": 3_000},
+    )
+    store.record([event], epoch=0)
+    [stored] = store.history("JOB", limit=5)
+    assert (stored.schedule, stored.task_id, stored.reason, stored.detail) == (
+        "Job",
+        None,
+        "missed",
+        {"count": 3, "first_ms": 1_000, "last_ms": 3_000},
+    )
+    assert stored.run_state is None
+
+
+# -- rule 4: fencing ------------------------------------------------------------------------------
+def test_register_epoch_only_raises(store: SqlStore) -> None:
+    assert store.leader_info().epoch == 0
+    store.register_epoch(5)
+    store.register_epoch(3)
+    info = store.leader_info()
+    assert (info.epoch, info.holder, info.expires_at_ms) == (5, None, None)
+
+
+def test_stale_epoch_is_rejected_and_writes_nothing(store: SqlStore) -> None:
+    schedule_id = add(store, "job", 1_000)
+    store.register_epoch(7)
+
+    with pytest.raises(StaleEpoch):
+        store.record([enqueued("job", 1_000)], epoch=6)
+    with pytest.raises(StaleEpoch), store.claim_due(5_000, limit=10) as claim:
+        claim.record([enqueued("job", 1_000)], epoch=6)
+    with pytest.raises(StaleEpoch):
+        store.advance([moved(schedule_id, 1_000, 61_000)], epoch=6)
+    assert store.history("job", limit=10) == []
+    record = store.get("job")
+    assert record is not None
+    assert (record.next_tick_ms, record.next_due_ms) == (1_000, 1_000)
+
+    store.record([enqueued("job", 1_000)], epoch=7)
+    assert store.advance([moved(schedule_id, 1_000, 61_000)], epoch=8) == [True]
+    [event] = store.history("job", limit=10)
+    assert event.epoch == 7
+
+
+# -- rule 5: compare-and-set advance --------------------------------------------------------------
+def test_advance_moves_only_rows_still_where_the_round_found_them(store: SqlStore) -> None:
+    first = add(store, "first", 1_000)
+    second = add(store, "second", 2_000)
+    third = add(store, "third", 3_000)
+    store.set_state("third", ScheduleState.PAUSED, now_ms=1, next_tick_ms=3_000)
+
+    result = store.advance(
+        [
+            moved(first, 1_000, 61_000, next_due_ms=61_500),
+            moved(second, 1_999, 62_000),  # someone moved it meanwhile
+            moved(third, 3_000, 63_000),  # paused since the round read it
+        ],
+        epoch=2,
+    )
+    assert result == [True, False, False]
+    record = store.get("first")
+    assert record is not None
+    assert (record.next_tick_ms, record.next_due_ms, record.last_tick_ms) == (
+        61_000,
+        61_500,
+        1_000,
+    )
+    assert (record.last_outcome, record.failures, record.state) == (
+        Outcome.ENQUEUED,
+        0,
+        ScheduleState.ACTIVE,
+    )
+    untouched = store.get("second")
+    assert untouched is not None
+    assert untouched.next_tick_ms == 2_000
+    paused = store.get("third")
+    assert paused is not None
+    assert (paused.state, paused.next_tick_ms) == (ScheduleState.PAUSED, 3_000)
+    assert store.advance([], epoch=2) == []
+
+
+def test_advance_can_quarantine(store: SqlStore) -> None:
+    schedule_id = add(store, "bad", 1_000)
+    quarantine = Advance(
+        schedule_id=schedule_id,
+        expected_next_tick_ms=1_000,
+        next_tick_ms=61_000,
+        next_due_ms=None,
+        last_tick_ms=1_000,
+        last_outcome=Outcome.FAILED,
+        failures=5,
+        state=ScheduleState.QUARANTINED,
+    )
+    assert store.advance([quarantine], epoch=0) == [True]
+    record = store.get("bad")
+    assert record is not None
+    assert (record.state, record.failures, record.next_due_ms) == (
+        ScheduleState.QUARANTINED,
+        5,
+        None,
+    )
+    assert store.counts_by_state()["quarantined"] == 1
+
+
+def test_advance_rejects_inconsistent_batches(store: SqlStore) -> None:
+    schedule_id = add(store, "job", 1_000)
+    with pytest.raises(InvalidArgument):
+        store.advance([moved(schedule_id, 1_000, 2_000), moved(schedule_id, 1_000, 3_000)], 0)
+    with pytest.raises(InvalidArgument):
+        store.advance([moved(schedule_id, 1_000, 2_000, next_due_ms=None)], 0)
+
+
+# -- rule 6 and the control plane -----------------------------------------------------------------
+def test_upsert_created_unchanged_updated(store: SqlStore) -> None:
+    created = store.upsert(definition("Nightly"), Source.CONFIG, 60_000, now_ms=10)
+    assert (created.status, created.version) == ("created", 1)
+
+    same = store.upsert(definition("NIGHTLY"), Source.CONFIG, 999_000, now_ms=20)
+    assert (same.status, same.version) == ("unchanged", 1)
+    record = store.get("nightly")
+    assert record is not None
+    assert (record.name, record.next_tick_ms, record.updated_at_ms) == ("Nightly", 60_000, 10)
+
+    changed = store.upsert(definition("Nightly", every_ms=2 * MINUTE), Source.CONFIG, 120_000, 30)
+    assert (changed.status, changed.version) == ("updated", 2)
+    record = store.get("Nightly")
+    assert record is not None
+    assert (record.version, record.next_tick_ms, record.next_due_ms, record.source) == (
+        2,
+        120_000,
+        120_000,
+        Source.CONFIG,
+    )
+    assert record.definition.spec == IntervalSpec(2 * MINUTE)
+    assert record.definition_hash == definition("Nightly", every_ms=2 * MINUTE).definition_hash()
+    assert (record.created_at_ms, record.updated_at_ms) == (10, 30)
+
+
+def test_upsert_plans_jitter_and_disabled_schedules(store: SqlStore) -> None:
+    cron = Definition(name="jittery", task="t", spec=CronSpec(("0", "3", "*", "*", "*")), jitter=30)
+    store.upsert(cron, Source.API, 1_800_000, now_ms=0)
+    record = store.get("jittery")
+    assert record is not None
+    assert record.next_due_ms == 1_800_000 + jitter_offset_ms("jittery", 1_800_000, 30)
+
+    store.upsert(definition("off", enabled=False), Source.CONFIG, 5_000, now_ms=0)
+    off = store.get("off")
+    assert off is not None
+    assert (off.state, off.next_tick_ms, off.next_due_ms) == (ScheduleState.PAUSED, 5_000, None)
+
+
+def test_upsert_reactivates_archived_and_resets_failures(store: SqlStore) -> None:
+    add(store, "gone", 1_000)
+    assert store.archive_missing([], Source.CONFIG, now_ms=5) == ["gone"]
+    back = store.upsert(definition("gone"), Source.CONFIG, 90_000, now_ms=6)
+    assert (back.status, back.version) == ("updated", 1)
+    record = store.get("gone")
+    assert record is not None
+    assert (record.state, record.next_tick_ms, record.next_due_ms) == (
+        ScheduleState.ACTIVE,
+        90_000,
+        90_000,
+    )
+
+
+def test_config_upsert_never_touches_an_api_schedule(store: SqlStore) -> None:
+    store.upsert(definition("shared"), Source.API, 1_000, now_ms=0)
+    result = store.upsert(definition("shared", every_ms=5 * MINUTE), Source.CONFIG, 2_000, 1)
+    assert (result.status, result.version) == ("unchanged", 1)
+    record = store.get("shared")
+    assert record is not None
+    assert (record.source, record.next_tick_ms) == (Source.API, 1_000)
+
+
+def test_upsert_refuses_names_the_schema_cannot_hold(store: SqlStore) -> None:
+    with pytest.raises(InvalidArgument):
+        store.upsert(definition("x" * 201), Source.API, 0, now_ms=0)
+
+
+def test_archive_missing_archives_only_that_source(store: SqlStore) -> None:
+    add(store, "Keep", 1_000)
+    add(store, "drop", 1_000)
+    store.upsert(definition("api-made"), Source.API, 1_000, now_ms=0)
+    assert store.archive_missing(["keep"], Source.CONFIG, now_ms=7) == ["drop"]
+    dropped = store.get("drop")
+    assert dropped is not None
+    assert (dropped.state, dropped.next_due_ms, dropped.updated_at_ms) == (
+        ScheduleState.ARCHIVED,
+        None,
+        7,
+    )
+    assert store.archive_missing(["keep"], Source.CONFIG, now_ms=8) == []
+    counts = store.counts_by_state()
+    assert (counts["active"], counts["archived"]) == (2, 1)
+
+
+def test_set_state_pause_resume_and_unknown_names(store: SqlStore) -> None:
+    schedule_id = add(store, "job", 1_000)
+    store.advance([moved(schedule_id, 1_000, 2_000, failures=2)], epoch=0)
+    paused = store.set_state("JOB", ScheduleState.PAUSED, now_ms=50)
+    assert (paused.state, paused.failures, paused.next_due_ms) == (ScheduleState.PAUSED, 0, None)
+    resumed = store.set_state(
+        "job", ScheduleState.ACTIVE, now_ms=60, next_tick_ms=9_000, next_due_ms=9_100
+    )
+    assert (resumed.state, resumed.next_tick_ms, resumed.next_due_ms, resumed.updated_at_ms) == (
+        ScheduleState.ACTIVE,
+        9_000,
+        9_100,
+        60,
+    )
+    with pytest.raises(InvalidArgument):
+        store.set_state("job", ScheduleState.ACTIVE, now_ms=70)
+    with pytest.raises(ScheduleNotFound, match="nope"):
+        store.set_state("nope", ScheduleState.PAUSED, now_ms=1)
+
+
+def test_delete_keeps_history(store: SqlStore) -> None:
+    add(store, "job", 1_000)
+    store.record([enqueued("job", 1_000)], epoch=0)
+    assert store.delete("JOB") is True
+    assert store.delete("job") is False
+    assert store.get("job") is None
+    assert len(store.history("job", limit=10)) == 1
+    assert store.find_enqueued(tick_task_id("job", 1_000)) is not None
+
+
+def test_list_schedules_includes_archived_ordered_by_name(store: SqlStore) -> None:
+    for name in ("b", "C", "a"):
+        add(store, name, 1_000)
+    store.archive_missing(["a", "b"], Source.CONFIG, now_ms=1)
+    records = store.list_schedules()
+    assert [record.name for record in records] == ["a", "b", "C"]
+    assert records[2].state is ScheduleState.ARCHIVED
+
+
+def test_history_pages_are_disjoint_newest_first_with_run_state(store: SqlStore) -> None:
+    store.record([enqueued("job", tick) for tick in range(25)], epoch=0)
+    store.record([enqueued("other", 1)], epoch=0)
+    first = store.history("job", limit=10)
+    second = store.history("job", limit=10, before_id=first[-1].id)
+    third = store.history("job", limit=10, before_id=second[-1].id)
+    pages = [first, second, third]
+    ids = [event.id for page in pages for event in page]
+    assert [len(page) for page in pages] == [10, 10, 5]
+    assert ids == sorted(ids, reverse=True)
+    assert len(set(ids)) == 25
+    assert [event.tick_ms for event in first[:2]] == [24, 23]
+    with pytest.raises(InvalidArgument):
+        store.history("job", limit=0)
+
+    task_id = tick_task_id("job", 24)
+    engine = store._get_engine()
+    with engine.begin() as conn:
+        conn.execute(
+            runs.insert().values(
+                task_id=task_id,
+                schedule_key="job",
+                tick_ms=24,
+                trigger="auto",
+                state="succeeded",
+                updated_at_ms=1,
+            )
+        )
+    assert store.history("job", limit=1)[0].run_state == "succeeded"
+    found = store.find_enqueued(task_id)
+    assert found is not None
+    assert (found.tick_ms, found.run_state) == (24, "succeeded")
+    assert store.find_enqueued("job@nowhere") is None
+
+
+def test_prune_history_keeps_the_newest_per_schedule(store: SqlStore) -> None:
+    store.record([enqueued("job", tick) for tick in range(12)], epoch=0)
+    store.record([enqueued("Other", tick) for tick in range(3)], epoch=0)
+    assert store.prune_history(["job", "other", "never-ran"], keep=5) == 7
+    assert [event.tick_ms for event in store.history("job", limit=50)] == [11, 10, 9, 8, 7]
+    assert len(store.history("other", limit=50)) == 3
+    assert store.prune_history(["job"], keep=5) == 0
+    assert store.prune_history(["job"], keep=0) == 5
+    with pytest.raises(InvalidArgument):
+        store.prune_history(["job"], keep=-1)
+
+
+def test_counts_by_state_lists_every_state(store: SqlStore) -> None:
+    assert store.counts_by_state() == {"active": 0, "paused": 0, "archived": 0, "quarantined": 0}
+    add(store, "a", 1_000)
+    add(store, "b", 1_000, enabled=False)
+    assert store.counts_by_state() == {"active": 1, "paused": 1, "archived": 0, "quarantined": 0}
+
+
+def test_due_backlog_counts_due_active_rows(store: SqlStore) -> None:
+    add(store, "a", 1_000)
+    add(store, "b", 2_000)
+    add(store, "c", 9_000)
+    assert store.due_backlog(2_000) == 2
+    assert store.due_backlog(0) == 0
+
+
+# -- connections ----------------------------------------------------------------------------------
+def test_construction_does_not_connect_and_failures_hide_the_password() -> None:
+    store = SqlStore("postgres://beat:s3cret@127.0.0.1:1/nowhere")
+    assert store.url.startswith("postgresql+psycopg://")
+    with pytest.raises(StoreUnavailable) as caught:
+        store.now_ms()
+    message = str(caught.value)
+    assert "s3cret" not in message
+    assert "127.0.0.1:1/nowhere" in message
+    store.close()
+    store.close()
+
+
+def test_sqlite_in_a_missing_folder_fails_clearly(tmp_path: object) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path}/missing/store.sqlite3")
+    with pytest.raises(StoreUnavailable, match="does not exist"):
+        store.ensure_schema()
+
+
+def test_unsupported_backend_is_refused_at_construction() -> None:
+    with pytest.raises(InvalidArgument, match="mysql"):
+        SqlStore("mysql://root@localhost/beat")
+
+
+def test_lookups_of_impossible_names_find_nothing(store: SqlStore) -> None:
+    assert store.get("x" * 500) is None
+    assert store.history("", limit=5) == []
+    assert store.delete("x" * 500) is False

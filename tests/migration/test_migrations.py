@@ -1,0 +1,165 @@
+"""The migration history creates exactly the declared schema, and outdated schemas are refused."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Column, Integer, MetaData, create_engine, delete, inspect, select, update
+from sqlalchemy.engine import Engine
+
+from celery_durable_beat.exceptions import SchemaOutdated
+from celery_durable_beat.store import sql_schema
+from celery_durable_beat.store.sql import SqlStore
+from celery_durable_beat.store.tables import NAMING_CONVENTION, VERSION_TABLE, fence, metadata
+
+pytestmark = pytest.mark.migration
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SqlStore]:
+    sql_store = SqlStore(store_url)
+    yield sql_store
+    sql_store.close()
+
+
+@pytest.fixture
+def engine(store: SqlStore) -> Iterator[Engine]:
+    raw = create_engine(store.url)
+    yield raw
+    raw.dispose()
+
+
+def schema_diff(engine: Engine, target: MetaData) -> list[Any]:
+    with engine.connect() as conn:
+        context = MigrationContext.configure(
+            conn, opts={"compare_type": True, "version_table": VERSION_TABLE}
+        )
+        return list(compare_metadata(context, target))
+
+
+def set_version(engine: Engine, revision: str | None) -> None:
+    version = MetaData()
+    version.reflect(engine, only=[VERSION_TABLE])
+    table = version.tables[VERSION_TABLE]
+    with engine.begin() as conn:
+        if revision is None:
+            conn.execute(delete(table))
+        else:
+            conn.execute(update(table).values(version_num=revision))
+
+
+def test_upgrade_head_creates_exactly_the_declared_schema(store: SqlStore, engine: Engine) -> None:
+    assert store.migrate() == sql_schema.head_revision()
+    assert schema_diff(engine, metadata) == []
+    with engine.connect() as conn:
+        assert conn.execute(select(fence.c.id, fence.c.epoch)).all() == [(1, 0)]
+
+
+def test_the_comparison_would_see_a_difference(store: SqlStore, engine: Engine) -> None:
+    store.migrate()
+    altered = MetaData(naming_convention=NAMING_CONVENTION)
+    for table in metadata.tables.values():
+        table.to_metadata(altered)
+    altered.tables["durable_beat_runs"].append_column(Column("attempts", Integer()))
+    diff = schema_diff(engine, altered)
+    assert [entry[0] for entry in diff] == ["add_column"]
+
+
+def test_migrate_is_idempotent_and_downgrade_is_clean(store: SqlStore, engine: Engine) -> None:
+    head = store.migrate()
+    assert store.migrate() == head
+    with engine.begin() as conn:
+        command.downgrade(sql_schema._config(conn), "base")
+    assert set(inspect(engine).get_table_names()) == {VERSION_TABLE}
+    assert store.migrate() == head
+    assert schema_diff(engine, metadata) == []
+
+
+def test_ensure_schema_creates_on_an_empty_database(store: SqlStore, engine: Engine) -> None:
+    store.ensure_schema()
+    store.ensure_schema()
+    assert schema_diff(engine, metadata) == []
+
+
+def test_ensure_schema_refuses_an_older_revision(store: SqlStore, engine: Engine) -> None:
+    store.migrate()
+    with engine.begin() as conn:
+        command.downgrade(sql_schema._config(conn), "base")
+    with pytest.raises(SchemaOutdated) as caught:
+        store.ensure_schema()
+    message = str(caught.value)
+    assert "is at revision base" in message
+    assert f"needs {sql_schema.head_revision()}" in message
+    assert message.endswith("run: celery -A proj durable-beat migrate")
+    store.migrate()
+    store.ensure_schema()
+
+
+def test_ensure_schema_refuses_a_revision_stamped_back(store: SqlStore, engine: Engine) -> None:
+    store.migrate()
+    set_version(engine, None)
+    with pytest.raises(SchemaOutdated, match="durable-beat migrate"):
+        store.ensure_schema()
+
+
+def test_ensure_schema_refuses_tables_without_a_version(store: SqlStore, engine: Engine) -> None:
+    store.migrate()
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP TABLE {VERSION_TABLE}")
+    with pytest.raises(SchemaOutdated, match="no durable_beat_alembic_version table"):
+        store.ensure_schema()
+    with pytest.raises(SchemaOutdated):
+        store.migrate()
+
+
+def test_ensure_schema_refuses_a_revision_from_a_newer_release(
+    store: SqlStore, engine: Engine
+) -> None:
+    store.migrate()
+    set_version(engine, "9999")
+    with pytest.raises(SchemaOutdated, match="upgrade celery_durable_beat"):
+        store.ensure_schema()
+    with pytest.raises(SchemaOutdated, match="9999"):
+        store.migrate()
+
+
+def test_schema_messages_hide_the_password(pg_url: str) -> None:
+    with_password = pg_url.replace("postgres@", "postgres:hunter2@", 1)
+    store = SqlStore(with_password)  # trust auth accepts any password
+    raw = create_engine(store.url)
+    try:
+        store.migrate()
+        set_version(raw, None)
+        with pytest.raises(SchemaOutdated) as caught:
+            store.ensure_schema()
+        assert "hunter2" not in str(caught.value)
+        assert "***" in str(caught.value)
+    finally:
+        raw.dispose()
+        store.close()
+
+
+def test_beats_starting_together_create_the_schema_once(pg_url: str) -> None:
+    stores = [SqlStore(pg_url) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def start(store: SqlStore) -> None:
+        try:
+            store.ensure_schema()
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(store,)) for store in stores]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    for store in stores:
+        store.close()
+    assert errors == []
