@@ -18,7 +18,11 @@ from celery_durable_beat.schedules.validate import EntryDefaults, validate_entri
 from celery_durable_beat.settings import Settings
 
 _CRONTAB_FIELDS = (
-    "_orig_minute", "_orig_hour", "_orig_day_of_month", "_orig_month_of_year", "_orig_day_of_week",
+    "_orig_minute",
+    "_orig_hour",
+    "_orig_day_of_month",
+    "_orig_month_of_year",
+    "_orig_day_of_week",
 )
 
 
@@ -54,18 +58,33 @@ def translate_entry(name: str, entry: Any) -> Any:
         return entry
     value = entry["schedule"]
     if isinstance(value, solar):
-        raise ConfigError([ConfigProblem(name, "schedule", (
-            "solar schedules are not supported; use a cron expression with a tz instead"
-        ))])
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    name,
+                    "schedule",
+                    ("solar schedules are not supported; use a cron expression with a tz instead"),
+                )
+            ]
+        )
     if isinstance(value, crontab):
         return {**entry, "schedule": crontab_to_cron(value)}
     if isinstance(value, schedule):
         return {**entry, "schedule": value.run_every.total_seconds()}
     if hasattr(value, "is_due") and hasattr(value, "remaining_estimate"):
-        raise ConfigError([ConfigProblem(name, "schedule", (
-            f"{type(value).__name__} is a custom schedule class, which cannot be stored; "
-            "use a cron string, '@every 30s', crontab() or schedule()"
-        ))])
+        raise ConfigError(
+            [
+                ConfigProblem(
+                    name,
+                    "schedule",
+                    (
+                        f"{type(value).__name__} is a custom schedule class, which cannot be "
+                        "stored; "
+                        "use a cron string, '@every 30s', crontab() or schedule()"
+                    ),
+                )
+            ]
+        )
     return entry
 
 

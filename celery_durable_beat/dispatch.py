@@ -18,7 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from celery_durable_beat.ids import jitter_offset_ms, tick_task_id
-from celery_durable_beat.model import Action, Outcome, OWN_FAULT_REASONS, Reason, ScheduleState, Trigger
+from celery_durable_beat.model import (
+    OWN_FAULT_REASONS,
+    Action,
+    Outcome,
+    Reason,
+    ScheduleState,
+    Trigger,
+)
 from celery_durable_beat.policy import Plan, plan
 from celery_durable_beat.schedules.render import render
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, Store
@@ -151,8 +158,11 @@ class Dispatcher:
         applied = self.store.advance(advances, epoch)
         stats.conflicts = applied.count(False)
         if stats.conflicts:
-            log.info("%d schedule(s) changed during the round; left as they are now",
-                     stats.conflicts, extra={"action": Action.ADVANCE_CONFLICT.value})
+            log.info(
+                "%d schedule(s) changed during the round; left as they are now",
+                stats.conflicts,
+                extra={"action": Action.ADVANCE_CONFLICT.value},
+            )
         return stats
 
     def _publish_all(
@@ -202,6 +212,7 @@ class Dispatcher:
     def _firing(self, session: PublishSession, existing: set[str]) -> _Fire:
         def fire(due: DueSchedule, message: TickMessage) -> tuple[Outcome, Reason | None]:
             return self._fire(due, message, session, existing)
+
         return fire
 
     def _run_one(self, item: _Work, fire: _Fire, now_ms: int) -> _Result:
@@ -211,7 +222,9 @@ class Dispatcher:
             outcome, reason = fire(due, message)
             own.append(_event(due, message.tick_ms, message.task_id, outcome, reason, now_ms))
             if outcome is Outcome.FAILED:
-                advance = self._after_failure(item, message.tick_ms, reason, now_ms, last_fired, own)
+                advance = self._after_failure(
+                    item, message.tick_ms, reason, now_ms, last_fired, own
+                )
                 own.sort(key=_by_tick)
                 return _Result(item, own, advance, reason)
             last_fired = message.tick_ms
@@ -230,31 +243,56 @@ class Dispatcher:
         reason = session.publish(message)
         if reason is None:
             return Outcome.ENQUEUED, None
-        log.warning("publish of %s failed: %s", message.task_id, reason.value,
-                    extra={"action": Action.PUBLISH_FAILED.value, "schedule": due.name,
-                           "task_id": message.task_id, "reason": reason.value})
+        log.warning(
+            "publish of %s failed: %s",
+            message.task_id,
+            reason.value,
+            extra={
+                "action": Action.PUBLISH_FAILED.value,
+                "schedule": due.name,
+                "task_id": message.task_id,
+                "reason": reason.value,
+            },
+        )
         return Outcome.FAILED, reason
 
     def _after_failure(
-        self, item: _Work, failed_tick: int, reason: Reason | None, now_ms: int,
-        last_fired: int | None, events: list[AuditEvent],
+        self,
+        item: _Work,
+        failed_tick: int,
+        reason: Reason | None,
+        now_ms: int,
+        last_fired: int | None,
+        events: list[AuditEvent],
     ) -> Advance:
         """Stay on the failed tick (dropped ticks before it are settled) and back off."""
         due = item.due
         events.extend(_dropped_events(item, failed_tick, now_ms))
         own_fault = reason in OWN_FAULT_REASONS
         failures = due.failures + 1 if own_fault else due.failures
-        state, next_due = ScheduleState.ACTIVE, now_ms + _backoff_ms(max(failures, 1))
+        state = ScheduleState.ACTIVE
+        next_due: int | None = now_ms + _backoff_ms(max(failures, 1))
         if own_fault and failures >= self.quarantine_after:
             state, next_due = ScheduleState.QUARANTINED, None
-            events.append(_event(due, failed_tick, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms))
-            log.error("schedule %s quarantined after %d failures (%s)", due.name, failures,
-                      reason.value if reason else "", extra={
-                          "action": Action.QUARANTINED.value, "schedule": due.name})
+            events.append(
+                _event(due, failed_tick, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
+            )
+            log.error(
+                "schedule %s quarantined after %d failures (%s)",
+                due.name,
+                failures,
+                reason.value if reason else "",
+                extra={"action": Action.QUARANTINED.value, "schedule": due.name},
+            )
         return Advance(
-            schedule_id=due.id, expected_next_tick_ms=due.next_tick_ms, next_tick_ms=failed_tick,
-            next_due_ms=next_due, last_tick_ms=last_fired if last_fired is not None else due.last_tick_ms,
-            last_outcome=Outcome.FAILED, failures=failures, state=state,
+            schedule_id=due.id,
+            expected_next_tick_ms=due.next_tick_ms,
+            next_tick_ms=failed_tick,
+            next_due_ms=next_due,
+            last_tick_ms=last_fired if last_fired is not None else due.last_tick_ms,
+            last_outcome=Outcome.FAILED,
+            failures=failures,
+            state=state,
         )
 
 
@@ -262,20 +300,36 @@ def _plan_one(due: DueSchedule, now_ms: int) -> _Work:
     d = due.definition
     lateness = None if d.max_lateness is None else round(d.max_lateness * 1000)
     result = plan(
-        d.spec, due.next_tick_ms, now_ms, d.missed, d.backfill_max, lateness,
+        d.spec,
+        due.next_tick_ms,
+        now_ms,
+        d.missed,
+        d.backfill_max,
+        lateness,
         lambda tick: jitter_offset_ms(due.name, tick, d.jitter),
     )
     return _Work(due, result, [tick_message(due, t) for t in result.fire])
 
 
 def _event(
-    due: DueSchedule, tick_ms: int, task_id: str | None, outcome: Outcome, reason: Reason | None,
-    now_ms: int, detail: Mapping[str, Any] | None = None,
+    due: DueSchedule,
+    tick_ms: int,
+    task_id: str | None,
+    outcome: Outcome,
+    reason: Reason | None,
+    now_ms: int,
+    detail: Mapping[str, Any] | None = None,
 ) -> AuditEvent:
     return AuditEvent(
-        schedule=due.name, tick_ms=tick_ms, task_id=task_id, trigger=Trigger.AUTO,
-        outcome=outcome, reason=reason.value if reason else None,
-        lag_ms=max(0, now_ms - tick_ms), version=due.version, detail=detail or {},
+        schedule=due.name,
+        tick_ms=tick_ms,
+        task_id=task_id,
+        trigger=Trigger.AUTO,
+        outcome=outcome,
+        reason=reason.value if reason else None,
+        lag_ms=max(0, now_ms - tick_ms),
+        version=due.version,
+        detail=detail or {},
     )
 
 
@@ -284,9 +338,15 @@ def _dropped_events(item: _Work, settled_before: int, now_ms: int) -> Iterator[A
     for dropped in item.plan.dropped:
         if dropped.last_ms >= settled_before:
             continue
-        detail = {"count": dropped.count, "first_ms": dropped.first_ms,
-                  "last_ms": dropped.last_ms, "exact": dropped.exact}
-        yield _event(item.due, dropped.first_ms, None, Outcome.SKIPPED, dropped.reason, now_ms, detail)
+        detail = {
+            "count": dropped.count,
+            "first_ms": dropped.first_ms,
+            "last_ms": dropped.last_ms,
+            "exact": dropped.exact,
+        }
+        yield _event(
+            item.due, dropped.first_ms, None, Outcome.SKIPPED, dropped.reason, now_ms, detail
+        )
 
 
 def _advance(

@@ -124,7 +124,11 @@ def _choose_overflow(
 def _count_span(spec: ScheduleSpec, after_ms: int, until_ms: int) -> tuple[int, int, bool]:
     """(count, last tick, exact) of the ticks in ``(after_ms, until_ms]``."""
     if isinstance(spec, IntervalSpec):
-        return count_ticks(spec, after_ms, until_ms), until_ms // spec.every_ms * spec.every_ms, True
+        return (
+            count_ticks(spec, after_ms, until_ms),
+            until_ms // spec.every_ms * spec.every_ms,
+            True,
+        )
     count, cursor, last = 0, after_ms, after_ms
     while count < MAX_COUNTED:
         chunk = ticks_between(spec, cursor, until_ms, MAX_ENUMERATION)

@@ -72,7 +72,11 @@ class CelerySession:
         self.failed = False
         self._buffered = 0
         self._connection_errors: tuple[type[BaseException], ...] = (
-            OperationalError, BatchPublishError, ConnectionError, OSError, TimeoutError,
+            OperationalError,
+            BatchPublishError,
+            ConnectionError,
+            OSError,
+            TimeoutError,
             *getattr(producer.connection, "connection_errors", ()),
         )
 
@@ -102,7 +106,7 @@ class CelerySession:
             return _failed(message, Reason.ROUTING_ERROR, exc)
         except self._connection_errors as exc:
             return _failed(message, Reason.BROKER_UNAVAILABLE, exc)
-        except Exception as exc:  # noqa: BLE001 - any other failure is a stable publish_error
+        except Exception as exc:
             return _failed(message, Reason.PUBLISH_ERROR, exc)
         return None
 

@@ -30,8 +30,8 @@ from celery_durable_beat.model import Action
 from celery_durable_beat.publish import CeleryPublisher
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import Store
-from celery_durable_beat.wiring import make_gate, make_lease, make_store
 from celery_durable_beat.sync import sync_definitions
+from celery_durable_beat.wiring import make_gate, make_lease, make_store
 
 log = logging.getLogger("celery_durable_beat.scheduler")
 
@@ -43,7 +43,7 @@ def safe_url(url: str) -> str:
     """The URL with its password hidden, for logs and banners."""
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - a malformed URL is shown as a placeholder
+    except Exception:
         return "<unparseable url>"
 
 
@@ -73,7 +73,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     # -- Celery's hooks -------------------------------------------------------------------------
     def setup_schedule(self) -> None:
         try:
-            self._definitions = definitions_from_app(self.app, self.settings) if self.settings.sync_config else []
+            self._definitions = (
+                definitions_from_app(self.app, self.settings) if self.settings.sync_config else []
+            )
         except ConfigError as exc:
             log.critical("beat refuses to start: %s", exc)
             raise
@@ -81,7 +83,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self.store.ensure_schema()
         self.lease = make_lease(self.settings, self.store)
         self.dispatcher = Dispatcher(
-            self.store, CeleryPublisher(self.app), batch_size=self.settings.batch_size,
+            self.store,
+            CeleryPublisher(self.app),
+            batch_size=self.settings.batch_size,
             quarantine_after=self.settings.quarantine_after,
             gate=make_gate(self.app, self.settings, self.store),
         )
@@ -125,31 +129,45 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     @property
     def info(self) -> str:
         lease = safe_url(self.settings.lease_url) if self.settings.lease_url else "store"
-        return (f"    . store -> {safe_url(self.settings.url)}\n"
-                f"    . lease -> {lease} (ttl {self.settings.lease_ttl:g}s)")
+        return (
+            f"    . store -> {safe_url(self.settings.url)}\n"
+            f"    . lease -> {lease} (ttl {self.settings.lease_ttl:g}s)"
+        )
 
     # -- the round ----------------------------------------------------------------------------
     def _round(self) -> float:
-        assert self.store is not None and self.dispatcher is not None
+        """One round; never raises for an outage (SPEC §7: beat logs, backs off, resumes)."""
         try:
             if not self._lead():
                 return self._standby_delay()
-            now_ms = self.store.now_ms()
-            stats = self.dispatcher.run_round(now_ms, self._epoch)
-            self._failures = 0
+            return self._dispatch()
         except StaleEpoch:
             self._lost("a newer leader fenced this beat out")
             return self._standby_delay()
         except (StoreError, LeaseError) as exc:
             return self._backoff(exc)
+        except Exception as exc:
+            log.exception("round failed unexpectedly")
+            return self._backoff(exc)
+
+    def _dispatch(self) -> float:
+        """Claim only when something is due: an idle round is two cheap index reads."""
+        assert self.store is not None and self.dispatcher is not None
+        now_ms = self.store.now_ms()
+        due = self.store.earliest_due_ms()
+        if due is None or due > now_ms:
+            self._failures = 0
+            return self._delay(due, now_ms)
+        stats = self.dispatcher.run_round(now_ms, self._epoch)
         if stats.broker_unavailable:
             self._failures += 1
             return self._backoff_delay()
+        self._failures = 0
         self._touched.update(e.schedule for e in stats.events)
         self._maybe_prune(now_ms)
         if stats.claimed >= self.dispatcher.batch_size:
             return 0.0
-        return self._delay_until_due()
+        return self._delay(self.store.earliest_due_ms(), self.store.now_ms())
 
     def _lead(self) -> bool:
         assert self.lease is not None and self.store is not None
@@ -168,8 +186,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self.store.register_epoch(status.epoch)
         self._epoch = status.epoch
         self._was_leader = True
-        log.info("leadership gained (epoch %d)", status.epoch,
-                 extra={"action": Action.LEADERSHIP_GAINED.value, "epoch": status.epoch})
+        log.info(
+            "leadership gained (epoch %d)",
+            status.epoch,
+            extra={"action": Action.LEADERSHIP_GAINED.value, "epoch": status.epoch},
+        )
         if self.settings.sync_config:
             sync_definitions(self.store, self._definitions, self.store.now_ms())
 
@@ -177,8 +198,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         if self._was_leader:
             self._lost(f"held by {status.holder}")
         elif self._was_leader is None:
-            log.info("standing by: %s leads (epoch %d)", status.holder, status.epoch,
-                     extra={"action": Action.STANDBY.value, "leader": status.holder})
+            log.info(
+                "standing by: %s leads (epoch %d)",
+                status.holder,
+                status.epoch,
+                extra={"action": Action.STANDBY.value, "leader": status.holder},
+            )
         self._was_leader = False
 
     def _lost(self, why: str) -> None:
@@ -191,19 +216,20 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         ttl = self.lease.ttl_seconds if self.lease else self.settings.lease_ttl
         return min(self.settings.poll_interval, ttl / 3)
 
-    def _delay_until_due(self) -> float:
-        assert self.store is not None
-        due = self.store.earliest_due_ms()
-        if due is None:
+    def _delay(self, due_ms: int | None, now_ms: int) -> float:
+        if due_ms is None:
             return self.settings.poll_interval
-        wait = (due - self.store.now_ms()) / 1000
-        return max(0.0, min(wait, self.settings.poll_interval))
+        return max(0.0, min((due_ms - now_ms) / 1000, self.settings.poll_interval))
 
     def _backoff(self, exc: Exception) -> float:
         self._failures += 1
         delay = self._backoff_delay()
-        log.warning("round failed (%s); retrying in %.1fs", type(exc).__name__, delay,
-                    extra={"action": Action.STORE_UNAVAILABLE.value})
+        log.warning(
+            "round failed (%s); retrying in %.1fs",
+            type(exc).__name__,
+            delay,
+            extra={"action": Action.STORE_UNAVAILABLE.value},
+        )
         return delay
 
     def _backoff_delay(self) -> float:
@@ -222,11 +248,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
     # -- shutdown -------------------------------------------------------------------------------
     def _install_signal_handlers(self) -> None:
         """Finish the round in flight before exiting on SIGTERM/SIGINT (main thread only)."""
+
         def handler(signum: int, frame: Any) -> None:
             if self._in_round:
                 self._stop_requested = True
                 return
             raise SystemExit(0)
+
         try:
             signal.signal(signal.SIGTERM, handler)
             signal.signal(signal.SIGINT, handler)

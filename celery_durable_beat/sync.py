@@ -49,12 +49,18 @@ def sync_definitions(store: Store, definitions: Sequence[Definition], now_ms: in
     report.archived = store.archive_missing([d.name for d in definitions], Source.CONFIG, now_ms)
     log.info(
         "config sync: %d created, %d updated, %d unchanged, %d archived, %d ignored",
-        len(report.created), len(report.updated), len(report.unchanged),
-        len(report.archived), len(report.ignored),
+        len(report.created),
+        len(report.updated),
+        len(report.unchanged),
+        len(report.archived),
+        len(report.ignored),
         extra={"action": Action.SYNC.value},
     )
     for name in report.ignored:
-        log.warning('config entry "%s" ignored: a schedule of that name was created through '
-                    "the API; archive or delete it there to manage it from config", name,
-                    extra={"action": Action.SYNC.value, "schedule": name})
+        log.warning(
+            'config entry "%s" ignored: a schedule of that name was created through '
+            "the API; archive or delete it there to manage it from config",
+            name,
+            extra={"action": Action.SYNC.value, "schedule": name},
+        )
     return report

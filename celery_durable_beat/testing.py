@@ -62,7 +62,9 @@ def _parse_start(start: datetime | str) -> datetime:
     if isinstance(start, str):
         start = datetime.fromisoformat(start.replace("Z", "+00:00"))
     if start.tzinfo is None:
-        raise ValueError(f"start {start!r} is naive; give an aware datetime or an ISO string with Z")
+        raise ValueError(
+            f"start {start!r} is naive; give an aware datetime or an ISO string with Z"
+        )
     return start
 
 
@@ -76,7 +78,9 @@ class FrozenBeat:
         self.store.ensure_schema()
         self.publisher = CapturingPublisher()
         self.dispatcher = Dispatcher(
-            self.store, self.publisher, batch_size=settings.batch_size,
+            self.store,
+            self.publisher,
+            batch_size=settings.batch_size,
             quarantine_after=settings.quarantine_after,
         )
         self._now_ms = datetime_to_ms(_parse_start(start))
@@ -121,7 +125,12 @@ class FrozenBeat:
 
 def _dispatched(message: TickMessage) -> DispatchedTick:
     return DispatchedTick(
-        schedule=message.schedule, tick_ms=message.tick_ms, tick=ms_to_datetime(message.tick_ms),
-        task_id=message.task_id, task=message.task, args=tuple(message.args),
-        kwargs=dict(message.kwargs), trigger=message.trigger.value,
+        schedule=message.schedule,
+        tick_ms=message.tick_ms,
+        tick=ms_to_datetime(message.tick_ms),
+        task_id=message.task_id,
+        task=message.task,
+        args=tuple(message.args),
+        kwargs=dict(message.kwargs),
+        trigger=message.trigger.value,
     )

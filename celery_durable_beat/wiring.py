@@ -8,9 +8,8 @@ from typing import Any
 from celery_durable_beat.dispatch import TickMessage
 from celery_durable_beat.lease.base import Lease
 from celery_durable_beat.model import Reason
-from celery_durable_beat.store.base import DueSchedule
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import Store
+from celery_durable_beat.store.base import DueSchedule, Store
 
 
 def make_store(settings: Settings) -> Store:

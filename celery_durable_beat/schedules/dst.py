@@ -11,7 +11,7 @@ wall time is then mapped to real instants here:
   the gap, i.e. the transition instant; several of its wall times inside one gap collapse into
   that one instant. A *wildcard* entry (``*`` or ``*/n`` in minute or hour) has no occurrence in
   the gap: those wall times simply did not exist.
-* **Fold** (fall back: 01:00–02:00 happens twice in New York in November): a fixed-time entry
+* **Fold** (fall back: 01:00-02:00 happens twice in New York in November): a fixed-time entry
   fires once, at the first pass (``fold=0``). A wildcard entry runs through both passes, because
   the repeated hour is real time: every matching wall time of the first pass, then every one of
   the second pass (``fold=1``), in that order.

@@ -25,7 +25,10 @@ def tick_isoformat(tick_ms: int, tz: str) -> str:
 
 def render(value: Any, tick_ms: int, tz: str) -> Any:
     """A copy of ``value`` with the placeholders of every nested string filled in."""
-    values = {"{{scheduled_for}}": tick_isoformat(tick_ms, tz), "{{scheduled_for_ms}}": str(tick_ms)}
+    values = {
+        "{{scheduled_for}}": tick_isoformat(tick_ms, tz),
+        "{{scheduled_for_ms}}": str(tick_ms),
+    }
     return _render(value, values)
 
 

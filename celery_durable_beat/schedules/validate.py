@@ -21,11 +21,24 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem, OccurrenceSearchError
 from celery_durable_beat.model import Definition, MissedPolicy, OverlapPolicy
 from celery_durable_beat.schedules.occurrences import next_tick
-from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, SpecError, parse_schedule
+from celery_durable_beat.schedules.spec import (
+    CronSpec,
+    IntervalSpec,
+    ParsedSchedule,
+    SpecError,
+    parse_schedule,
+)
 
 STOCK_KEYS = ("task", "schedule", "args", "kwargs", "options", "relative")
 EXTRA_KEYS = (
-    "tz", "missed", "backfill_max", "max_lateness", "overlap", "jitter", "enabled", "description",
+    "tz",
+    "missed",
+    "backfill_max",
+    "max_lateness",
+    "overlap",
+    "jitter",
+    "enabled",
+    "description",
 )
 KNOWN_KEYS = frozenset(STOCK_KEYS + EXTRA_KEYS)
 BACKFILL_RANGE = (1, 1000)
@@ -59,10 +72,16 @@ def validate_entries(
     for name, entry in entries.items():
         folded = name.lower() if isinstance(name, str) else name  # validate_entry reports others
         if folded in seen:
-            problems.append(ConfigProblem(name, "name", (
-                f'name clashes with "{seen[folded]}" (names are case-insensitive); '
-                "rename one of them"
-            )))
+            problems.append(
+                ConfigProblem(
+                    name,
+                    "name",
+                    (
+                        f'name clashes with "{seen[folded]}" (names are case-insensitive); '
+                        "rename one of them"
+                    ),
+                )
+            )
             continue
         seen[folded] = name
         try:
@@ -96,7 +115,11 @@ def _check_unknown_keys(entry: Mapping[str, Any], found: _Collector) -> None:
     for key in entry:
         if key not in KNOWN_KEYS:
             close = difflib.get_close_matches(str(key), sorted(KNOWN_KEYS), n=1)
-            hint = f'did you mean "{close[0]}"?' if close else f"known keys: {', '.join(sorted(KNOWN_KEYS))}"
+            hint = (
+                f'did you mean "{close[0]}"?'
+                if close
+                else f"known keys: {', '.join(sorted(KNOWN_KEYS))}"
+            )
             found.add(str(key), f'unknown key "{key}"; {hint}')
 
 
@@ -120,8 +143,11 @@ def _check_fields(
     values["enabled"] = _check_bool(entry, "enabled", found)
     values["description"] = _check_description(entry.get("description"), found)
     if entry.get("relative"):
-        found.add("relative", "relative=True is not supported: intervals are aligned to the Unix "
-                  "epoch so tick ids survive restarts; remove relative")
+        found.add(
+            "relative",
+            "relative=True is not supported: intervals are aligned to the Unix "
+            "epoch so tick ids survive restarts; remove relative",
+        )
     return values
 
 
@@ -134,33 +160,48 @@ def _check_schedule(
     explicit_tz = entry.get("tz")
     tz_ok = explicit_tz is None or _check_zone(explicit_tz, "tz", found)
     try:
-        parsed = parse_schedule(entry["schedule"], explicit_tz if tz_ok and explicit_tz else defaults.tz)
+        parsed = parse_schedule(
+            entry["schedule"], explicit_tz if tz_ok and explicit_tz else defaults.tz
+        )
     except SpecError as exc:
         found.add("schedule", str(exc))
         return None
-    spec = parsed.spec
-    if isinstance(spec, IntervalSpec):
+    if isinstance(parsed.spec, IntervalSpec):
         if explicit_tz is not None:
-            found.add("tz", "an interval is aligned to the Unix epoch in UTC and takes no tz; "
-                      "remove tz or use a cron expression")
-        return spec
-    if parsed.cron_tz is not None:
-        if not _check_zone(parsed.cron_tz, "schedule", found):
-            return None
-        if explicit_tz is not None and explicit_tz != parsed.cron_tz:
-            found.add("tz", f'tz "{explicit_tz}" conflicts with CRON_TZ={parsed.cron_tz}; '
-                      "keep only one of them")
-            return None
-    elif explicit_tz is None and not _check_zone(defaults.tz, "tz", found):
-        return None
-    if not tz_ok:
-        return None
+            found.add(
+                "tz",
+                "an interval is aligned to the Unix epoch in UTC and takes no tz; "
+                "remove tz or use a cron expression",
+            )
+        return parsed.spec
+    zones_ok = _check_cron_zones(parsed, explicit_tz, defaults, found)
+    return parsed.spec if tz_ok and zones_ok and _fires(parsed.spec, found) else None
+
+
+def _check_cron_zones(
+    parsed: ParsedSchedule, explicit_tz: object, defaults: EntryDefaults, found: _Collector
+) -> bool:
+    """A ``CRON_TZ=`` zone must exist and agree with ``tz``; else the default zone must exist."""
+    if parsed.cron_tz is None:
+        return explicit_tz is not None or _check_zone(defaults.tz, "tz", found)
+    if not _check_zone(parsed.cron_tz, "schedule", found):
+        return False
+    if explicit_tz is not None and explicit_tz != parsed.cron_tz:
+        found.add(
+            "tz",
+            f'tz "{explicit_tz}" conflicts with CRON_TZ={parsed.cron_tz}; keep only one of them',
+        )
+        return False
+    return True
+
+
+def _fires(spec: CronSpec, found: _Collector) -> bool:
     try:
         next_tick(spec, _PROBE_MS)
     except OccurrenceSearchError:
         found.add("schedule", f'"{spec.expr}" never fires; check the day and month fields')
-        return None
-    return spec
+        return False
+    return True
 
 
 @lru_cache(maxsize=1)
@@ -171,7 +212,7 @@ def _zone_names() -> dict[str, str]:
 def zone_problem(name: object) -> str | None:
     """Why ``name`` is not an IANA zone, with a suggestion, or None when it is one."""
     if not isinstance(name, str) or not name:
-        return f"tz {name!r} is not an IANA zone name; use e.g. \"Europe/Berlin\""
+        return f'tz {name!r} is not an IANA zone name; use e.g. "Europe/Berlin"'
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
@@ -213,11 +254,15 @@ def _check_mapping(entry: Mapping[str, Any], field: str, found: _Collector) -> d
 def _check_json(field: str, value: object, found: _Collector) -> None:
     bad = _first_non_json(value)
     if bad is not None:
-        found.add(field, f"{field} holds {bad}, which cannot be stored as JSON; "
-                  "use strings, numbers, booleans, None, lists and dicts with string keys")
+        found.add(
+            field,
+            f"{field} holds {bad}, which cannot be stored as JSON; "
+            "use strings, numbers, booleans, None, lists and dicts with string keys",
+        )
 
 
 def _first_non_json(value: object) -> str | None:
+    """What in ``value`` is not a JSON value, or None."""
     if value is None or isinstance(value, (str, bool, int)):
         return None
     if isinstance(value, float):
@@ -225,14 +270,18 @@ def _first_non_json(value: object) -> str | None:
     if isinstance(value, (list, tuple)):
         return next((b for b in map(_first_non_json, value) if b is not None), None)
     if isinstance(value, Mapping):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"the non-string key {key!r}"
-            bad = _first_non_json(item)
-            if bad is not None:
-                return bad
-        return None
+        return _first_non_json_mapping(value)
     return f"a {type(value).__name__}"
+
+
+def _first_non_json_mapping(value: Mapping[Any, Any]) -> str | None:
+    for key, item in value.items():
+        if not isinstance(key, str):
+            return f"the non-string key {key!r}"
+        bad = _first_non_json(item)
+        if bad is not None:
+            return bad
+    return None
 
 
 def _check_choice(

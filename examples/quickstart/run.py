@@ -1,7 +1,7 @@
 """Run a beat and a worker on the quickstart app and show the ticks they execute.
 
-    python examples/quickstart/run.py            # 20 seconds, then a summary
-    python examples/quickstart/run.py --seconds 0   # until Ctrl-C
+python examples/quickstart/run.py            # 20 seconds, then a summary
+python examples/quickstart/run.py --seconds 0   # until Ctrl-C
 """
 
 from __future__ import annotations
@@ -19,19 +19,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def celery(*args: str) -> subprocess.Popen[str]:
     env = {**os.environ, "PYTHONPATH": HERE + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen(
+    return subprocess.Popen(  # noqa: S603 - our own interpreter and fixed arguments
         [sys.executable, "-m", "celery", "-A", "app", *args],
-        cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=HERE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
 def show(process: subprocess.Popen[str], label: str, ticks: list[str], verbose: bool) -> None:
     assert process.stdout is not None
-    for line in process.stdout:
-        line = line.rstrip()
+    for raw in process.stdout:
+        line = raw.rstrip()
         if "TICK " in line:
             ticks.append(line)
-            print(f"[worker] {line[line.index('TICK ') + 5:]}", flush=True)
+            print(f"[worker] {line[line.index('TICK ') + 5 :]}", flush=True)
         elif verbose or "ERROR" in line or "CRITICAL" in line or "leadership" in line:
             print(f"[{label}] {line}", flush=True)
 
@@ -45,7 +49,9 @@ def main() -> int:
     beat = celery("beat", "-S", "celery_durable_beat.Scheduler", "-l", "info")
     ticks: list[str] = []
     for proc, label in ((worker, "worker"), (beat, "beat")):
-        threading.Thread(target=show, args=(proc, label, ticks, options.verbose), daemon=True).start()
+        threading.Thread(
+            target=show, args=(proc, label, ticks, options.verbose), daemon=True
+        ).start()
     print("beat and worker started; ticks appear below (the first within ~2 s)", flush=True)
     try:
         if options.seconds:

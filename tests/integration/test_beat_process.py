@@ -29,18 +29,32 @@ class Rig:
         self.ticks_file = tmp / "ticks.jsonl"
         self.pg_url = pg_url
         self.env = {
-            "BEAT_BROKER": redis_url, "DURABLE_BEAT_URL": pg_url,
-            "BEAT_SCHEDULE": json.dumps(schedule), "TICKS_FILE": str(self.ticks_file),
+            "BEAT_BROKER": redis_url,
+            "DURABLE_BEAT_URL": pg_url,
+            "BEAT_SCHEDULE": json.dumps(schedule),
+            "TICKS_FILE": str(self.ticks_file),
         }
         self.procs: list[CeleryProcess] = []
 
     def worker(self) -> CeleryProcess:
-        return self._start(["worker", "-P", "solo", "-l", "info", "--without-mingle",
-                            "--without-gossip", "--without-heartbeat"], "worker")
+        return self._start(
+            [
+                "worker",
+                "-P",
+                "solo",
+                "-l",
+                "info",
+                "--without-mingle",
+                "--without-gossip",
+                "--without-heartbeat",
+            ],
+            "worker",
+        )
 
     def beat(self, name: str = "beat") -> CeleryProcess:
-        return self._start(["beat", "-S", "celery_durable_beat.Scheduler", "-l", "info",
-                            "--pidfile="], name)
+        return self._start(
+            ["beat", "-S", "celery_durable_beat.Scheduler", "-l", "info", "--pidfile="], name
+        )
 
     def _start(self, args: list[str], name: str) -> CeleryProcess:
         proc = CeleryProcess(self.tmp, "beatapp", args, self.env, f"{name}-{len(self.procs)}")
@@ -70,10 +84,15 @@ def rig_factory(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Any]:
 
 
 def test_ticks_execute_with_ids_headers_and_placeholders(rig_factory: Any) -> None:
-    rig = rig_factory({"every-second": {
-        "task": "beatapp.record", "schedule": "@every 1s",
-        "kwargs": {"at": "{{scheduled_for}}", "ms": "{{scheduled_for_ms}}"},
-    }})
+    rig = rig_factory(
+        {
+            "every-second": {
+                "task": "beatapp.record",
+                "schedule": "@every 1s",
+                "kwargs": {"at": "{{scheduled_for}}", "ms": "{{scheduled_for_ms}}"},
+            }
+        }
+    )
     rig.worker()
     rig.beat()
     rows = wait_until(lambda: len(rig.ticks()) >= 3 and rig.ticks(), 45, "3 executed ticks")
@@ -90,8 +109,16 @@ def _executed(rig: Rig) -> list[int]:
 
 
 def test_restart_continues_with_no_gap_and_no_duplicate(rig_factory: Any) -> None:
-    rig = rig_factory({"s": {"task": "beatapp.record", "schedule": "@every 1s",
-                             "missed": "backfill", "backfill_max": 30}})
+    rig = rig_factory(
+        {
+            "s": {
+                "task": "beatapp.record",
+                "schedule": "@every 1s",
+                "missed": "backfill",
+                "backfill_max": 30,
+            }
+        }
+    )
     rig.worker()
     first = rig.beat("beat-a")
     wait_until(lambda: len(rig.ticks()) >= 3, 45, "3 ticks before the restart")
@@ -121,8 +148,10 @@ def test_skip_policy_after_kill_9_records_the_dropped_ticks(rig_factory: Any) ->
         rig.beat("beat-b")
         wait_until(lambda: len(rig.ticks()) >= seen + 2, 45, "ticks after the restart")
         skipped = wait_until(
-            lambda: [e for e in store.history("s", 50) if e.reason == "missed"], 20,
-            "a skipped/missed record")
+            lambda: [e for e in store.history("s", 50) if e.reason == "missed"],
+            20,
+            "a skipped/missed record",
+        )
     finally:
         store.close()
     assert skipped[0].detail["count"] >= 3
@@ -131,10 +160,12 @@ def test_skip_policy_after_kill_9_records_the_dropped_ticks(rig_factory: Any) ->
 
 
 def test_invalid_config_exits_non_zero_listing_every_error(rig_factory: Any) -> None:
-    rig = rig_factory({
-        "nightly": {"task": "beatapp.record", "schedule": "0 3 * * *", "tz": "Bogota"},
-        "broken": {"task": "beatapp.record", "schedule": "61 * * * *", "missed": "sometimes"},
-    })
+    rig = rig_factory(
+        {
+            "nightly": {"task": "beatapp.record", "schedule": "0 3 * * *", "tz": "Bogota"},
+            "broken": {"task": "beatapp.record", "schedule": "61 * * * *", "missed": "sometimes"},
+        }
+    )
     beat = rig.beat()
     code = beat.proc.wait(timeout=60)
     out = beat.output()

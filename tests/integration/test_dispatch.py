@@ -41,10 +41,18 @@ def _round(store: SqlStore, publisher: CapturingPublisher, now_ms: int) -> list[
 
 
 def test_ticks_carry_identity_and_rendered_placeholders(store: FaultyStore) -> None:
-    sync_definitions(store, _defs(report={
-        "task": "proj.report", "schedule": "@every 10s", "args": ["{{scheduled_for_ms}}"],
-        "kwargs": {"at": "{{scheduled_for}}", "nested": ["x {{scheduled_for}}"]},
-    }), T0)
+    sync_definitions(
+        store,
+        _defs(
+            report={
+                "task": "proj.report",
+                "schedule": "@every 10s",
+                "args": ["{{scheduled_for_ms}}"],
+                "kwargs": {"at": "{{scheduled_for}}", "nested": ["x {{scheduled_for}}"]},
+            }
+        ),
+        T0,
+    )
     pub = CapturingPublisher()
     sent = _round(store, pub, T0 + 10_000)
     assert [m.task_id for m in sent] == [tick_task_id("report", T0 + 10_000)]
@@ -64,7 +72,9 @@ def test_nothing_due_publishes_nothing_and_reads_no_rows(store: FaultyStore) -> 
 
 
 def test_restart_continues_without_gap_or_duplicate(store: FaultyStore, store_url: str) -> None:
-    sync_definitions(store, _defs(s={"task": "t", "schedule": "@every 1s", "missed": "backfill"}), T0)
+    sync_definitions(
+        store, _defs(s={"task": "t", "schedule": "@every 1s", "missed": "backfill"}), T0
+    )
     pub = CapturingPublisher()
     for second in range(1, 4):
         _round(store, pub, T0 + second * 1000)
@@ -120,9 +130,14 @@ class _PoisonPublisher(CapturingPublisher):
 
 
 def test_own_fault_quarantines_while_others_fire(store: FaultyStore) -> None:
-    sync_definitions(store, _defs(
-        bad={"task": "t", "schedule": "@every 1s"}, good={"task": "t", "schedule": "@every 1s"},
-    ), T0)
+    sync_definitions(
+        store,
+        _defs(
+            bad={"task": "t", "schedule": "@every 1s"},
+            good={"task": "t", "schedule": "@every 1s"},
+        ),
+        T0,
+    )
     pub = _PoisonPublisher("bad", Reason.SERIALIZATION_ERROR)
     now = T0
     for _ in range(12):
@@ -139,9 +154,14 @@ def test_own_fault_quarantines_while_others_fire(store: FaultyStore) -> None:
 
 
 def test_broker_outage_records_failed_stops_the_round_and_recovers(store: FaultyStore) -> None:
-    sync_definitions(store, _defs(
-        a={"task": "t", "schedule": "@every 5s"}, b={"task": "t", "schedule": "@every 5s"},
-    ), T0)
+    sync_definitions(
+        store,
+        _defs(
+            a={"task": "t", "schedule": "@every 5s"},
+            b={"task": "t", "schedule": "@every 5s"},
+        ),
+        T0,
+    )
     pub = CapturingPublisher()
     pub.fail_with = Reason.BROKER_UNAVAILABLE
     stats = Dispatcher(store, pub).run_round(T0 + 5_000, EPOCH)
@@ -153,7 +173,9 @@ def test_broker_outage_records_failed_stops_the_round_and_recovers(store: Faulty
     pub.fail_with = None
     sent = _round(store, pub, T0 + 6_000)
     assert sorted(m.task_id for m in sent) == [
-        tick_task_id("a", T0 + 5_000), tick_task_id("b", T0 + 5_000)]
+        tick_task_id("a", T0 + 5_000),
+        tick_task_id("b", T0 + 5_000),
+    ]
 
 
 def test_missed_ticks_leave_one_skipped_record(store: FaultyStore) -> None:
@@ -167,8 +189,9 @@ def test_missed_ticks_leave_one_skipped_record(store: FaultyStore) -> None:
 
 
 def test_batch_size_bounds_a_round(store: FaultyStore) -> None:
-    sync_definitions(store, _defs(**{f"s{i}": {"task": "t", "schedule": "@every 1s"}
-                                    for i in range(7)}), T0)
+    sync_definitions(
+        store, _defs(**{f"s{i}": {"task": "t", "schedule": "@every 1s"} for i in range(7)}), T0
+    )
     pub = CapturingPublisher()
     stats = Dispatcher(store, pub, batch_size=3).run_round(T0 + 1_000, EPOCH)
     assert stats.claimed == 3 and len(pub.messages) == 3

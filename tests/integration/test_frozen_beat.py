@@ -35,20 +35,28 @@ def beat_factory() -> Iterator[object]:
 
 
 def test_advance_dispatches_in_order(beat_factory) -> None:  # type: ignore[no-untyped-def]
-    beat = beat_factory(_app({"hourly": {"task": "t", "schedule": "@hourly"}}), "2026-03-07T00:00:00Z")
+    beat = beat_factory(
+        _app({"hourly": {"task": "t", "schedule": "@hourly"}}), "2026-03-07T00:00:00Z"
+    )
     ticks = beat.advance("3h")
     assert [t.tick.isoformat() for t in ticks] == [
-        "2026-03-07T01:00:00+00:00", "2026-03-07T02:00:00+00:00", "2026-03-07T03:00:00+00:00"]
+        "2026-03-07T01:00:00+00:00",
+        "2026-03-07T02:00:00+00:00",
+        "2026-03-07T03:00:00+00:00",
+    ]
     assert ticks[0].task_id == "hourly@2026-03-07T01:00:00Z" and ticks[0].trigger == "auto"
     assert beat.advance("0s") == []
     assert beat.now == datetime(2026, 3, 7, 3, tzinfo=timezone.utc)
 
 
-@pytest.mark.parametrize(("policy", "expected"), [
-    ("skip", ["05:00"]),
-    ("run_once", ["01:00"]),
-    ("backfill", ["03:00", "04:00", "05:00"]),
-])
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("skip", ["05:00"]),
+        ("run_once", ["01:00"]),
+        ("backfill", ["03:00", "04:00", "05:00"]),
+    ],
+)
 def test_missed_policies_after_downtime(beat_factory, policy: str, expected: list[str]) -> None:  # type: ignore[no-untyped-def]
     app = _app({"h": {"task": "t", "schedule": "0 * * * *", "missed": policy, "backfill_max": 3}})
     beat = beat_factory(app, "2026-03-07T00:00:00Z")
@@ -71,8 +79,17 @@ def test_dst_spring_forward_in_new_york(beat_factory) -> None:  # type: ignore[n
 
 
 def test_placeholders_carry_the_planned_instant(beat_factory) -> None:  # type: ignore[no-untyped-def]
-    app = _app({"p": {"task": "t", "schedule": "0 9 * * *", "kwargs": {"day": "{{scheduled_for}}"},
-                      "missed": "run_once"}}, tz="Europe/Berlin")
+    app = _app(
+        {
+            "p": {
+                "task": "t",
+                "schedule": "0 9 * * *",
+                "kwargs": {"day": "{{scheduled_for}}"},
+                "missed": "run_once",
+            }
+        },
+        tz="Europe/Berlin",
+    )
     beat = beat_factory(app, "2026-06-01T00:00:00Z")
     beat.advance("2d", beat_running=False)
     (tick,) = beat.advance("1s")

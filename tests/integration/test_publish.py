@@ -43,11 +43,23 @@ def _queued_ids(client: redis.Redis, queue: str = "celery") -> list[str]:
     return [json.loads(raw)["headers"]["id"] for raw in client.lrange(queue, 0, -1)]
 
 
-def test_headers_reach_the_broker_and_routing_errors_quarantine(store: SqlStore, redis_url: str) -> None:
-    sync_definitions(store, validate_entries({
-        "good": {"task": "t", "schedule": "@every 1s", "options": {"expires": 3600}},
-        "bad": {"task": "t", "schedule": "@every 1s", "options": {"queue": "no-such-queue"}},
-    }), T0)
+def test_headers_reach_the_broker_and_routing_errors_quarantine(
+    store: SqlStore, redis_url: str
+) -> None:
+    sync_definitions(
+        store,
+        validate_entries(
+            {
+                "good": {"task": "t", "schedule": "@every 1s", "options": {"expires": 3600}},
+                "bad": {
+                    "task": "t",
+                    "schedule": "@every 1s",
+                    "options": {"queue": "no-such-queue"},
+                },
+            }
+        ),
+        T0,
+    )
     app = _app(redis_url)
     dispatcher = Dispatcher(store, CeleryPublisher(app), quarantine_after=3)
     now = T0
@@ -72,8 +84,11 @@ def test_broker_outage_then_recovery(store: SqlStore) -> None:
     server = ThrowawayRedis()
     server.start()
     try:
-        sync_definitions(store, validate_entries({"s": {"task": "t", "schedule": "@every 1s",
-                                                            "missed": "backfill"}}), T0)
+        sync_definitions(
+            store,
+            validate_entries({"s": {"task": "t", "schedule": "@every 1s", "missed": "backfill"}}),
+            T0,
+        )
         dispatcher = Dispatcher(store, CeleryPublisher(_app(server.url)))
         assert dispatcher.run_round(T0 + 1000, 1).outcomes()["enqueued"] == 1
         server.stop()

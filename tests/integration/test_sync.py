@@ -70,7 +70,10 @@ def test_api_schedules_are_never_touched(store: SqlStore) -> None:
 
 
 def test_disabled_entry_is_paused(store: SqlStore) -> None:
-    sync_definitions(store, validate_entries({"off": {"task": "t", "schedule": "@every 5s",
-                                                       "enabled": False}}), T0)
+    sync_definitions(
+        store,
+        validate_entries({"off": {"task": "t", "schedule": "@every 5s", "enabled": False}}),
+        T0,
+    )
     off = store.get("off")
     assert off.state is ScheduleState.PAUSED and off.next_due_ms is None

@@ -28,9 +28,16 @@ if os.environ.get("BEAT_LEASE_URL"):
 
 @app.task(name="beatapp.record", bind=True)
 def record(self: Any, *args: Any, **kwargs: Any) -> None:
-    headers = {k: getattr(self.request, k, None)
-               for k in ("periodic_schedule", "periodic_tick_ms", "periodic_trigger")}
-    row = {"id": self.request.id, "args": list(args), "kwargs": kwargs, "headers": headers,
-           "pid": os.getpid()}
+    headers = {
+        k: getattr(self.request, k, None)
+        for k in ("periodic_schedule", "periodic_tick_ms", "periodic_trigger")
+    }
+    row = {
+        "id": self.request.id,
+        "args": list(args),
+        "kwargs": kwargs,
+        "headers": headers,
+        "pid": os.getpid(),
+    }
     with open(os.environ["TICKS_FILE"], "a") as f:
         f.write(json.dumps(row) + "\n")

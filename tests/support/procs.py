@@ -39,14 +39,18 @@ def free_port() -> int:
 class CeleryProcess:
     """``python -m celery -A <module> ...`` with its output in a file we can read while it runs."""
 
-    def __init__(self, workdir: Path, module: str, args: list[str], env: Mapping[str, str],
-                 name: str) -> None:
+    def __init__(
+        self, workdir: Path, module: str, args: list[str], env: Mapping[str, str], name: str
+    ) -> None:
         self.log_path = workdir / f"{name}.log"
         self._log = self.log_path.open("w")
         full_env = {**os.environ, **env, "PYTHONPATH": f"{workdir}{os.pathsep}{REPO}"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", module, *args],
-            cwd=workdir, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=workdir,
+            env=full_env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
@@ -88,9 +92,21 @@ class ThrowawayRedis:
         binary = shutil.which("redis-server")
         assert binary, "redis-server is not installed (scripts/services.py installs it)"
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.dir,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         wait_until(self._answers, 10, f"redis on port {self.port}")
 
@@ -118,8 +134,4 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
     if not path.exists():
         return []
-    rows = []
-    for line in path.read_text().splitlines():
-        if line.strip():
-            rows.append(json.loads(line))
-    return rows
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
