@@ -45,8 +45,9 @@ START_2026_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 CRONS = (("30 2 * * 1-5", "America/New_York"), ("*/5 * * * *", "Europe/Berlin"))
 
 
-def median_us(call: Callable[[int], object], inputs: Sequence[int], batches: int,
-              per_batch: int) -> float:
+def median_us(
+    call: Callable[[int], object], inputs: Sequence[int], batches: int, per_batch: int
+) -> float:
     """Median over ``batches`` of the mean cost of one call, in microseconds."""
     samples = []
     count = len(inputs)
@@ -88,8 +89,11 @@ def bench_cron(expr: str, tz: str, batches: int, per_batch: int) -> dict[str, fl
 
     naive_us = median_us(bare_naive, list(range(len(naive))), batches, per_batch)
     return {
-        "next_tick_us": ours, "croniter_get_next_us": bare_us, "ratio": ours / bare_us,
-        "croniter_naive_get_next_us": naive_us, "ratio_naive": ours / naive_us,
+        "next_tick_us": ours,
+        "croniter_get_next_us": bare_us,
+        "ratio": ours / bare_us,
+        "croniter_naive_get_next_us": naive_us,
+        "ratio_naive": ours / naive_us,
     }
 
 
@@ -124,10 +128,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         cron_costs.append(figures["next_tick_us"])
         label = f"next_tick cron {expr!r} {tz}"
         rows.append((label, figures["next_tick_us"], f"{figures['ratio']:.2f}x croniter"))
-        rows.append((f"  croniter.get_next {expr!r} (aware)", figures["croniter_get_next_us"],
-                     "reference"))
-        rows.append((f"  croniter.get_next {expr!r} (naive)", figures["croniter_naive_get_next_us"],
-                     f"engine is {figures['ratio_naive']:.2f}x this"))
+        rows.append(
+            (f"  croniter.get_next {expr!r} (aware)", figures["croniter_get_next_us"], "reference")
+        )
+        rows.append(
+            (
+                f"  croniter.get_next {expr!r} (naive)",
+                figures["croniter_naive_get_next_us"],
+                f"engine is {figures['ratio_naive']:.2f}x this",
+            )
+        )
         results[f"cron {expr} {tz}"] = figures
     interval_us = bench_interval(batches, per_batch * 10)
     rows.append(("next_tick interval '@every 30s'", interval_us, ""))
@@ -145,16 +155,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{label:<{width}}  {cost:>12.2f}  {note}")
     verdict = "meets" if worst <= TARGET_US else "MISSES"
     print(f"worst cron next_tick {worst:.2f} µs {verdict} the {TARGET_US:.0f} µs target")
-    print(json.dumps({
-        "bench": "core",
-        "python": platform.python_version(),
-        "croniter": version("croniter"),
-        "batches": batches,
-        "target_us": TARGET_US,
-        "meets_target": worst <= TARGET_US,
-        "results": results,
-        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }, sort_keys=True))
+    print(
+        json.dumps(
+            {
+                "bench": "core",
+                "python": platform.python_version(),
+                "croniter": version("croniter"),
+                "batches": batches,
+                "target_us": TARGET_US,
+                "meets_target": worst <= TARGET_US,
+                "results": results,
+                "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            },
+            sort_keys=True,
+        )
+    )
     return 0 if worst <= TARGET_US else 1
 
 

@@ -7,6 +7,8 @@ Every error the package raises on purpose derives from one root, so callers can 
     ├── ConfigError                 one or more schedule definitions are invalid (carries the list)
     ├── OccurrenceSearchError       a bounded occurrence search ran out of steps
     ├── ScheduleNotFound            (also LookupError) no schedule by that name
+    ├── ScheduleConflict            the schedule's source or state forbids the change asked for
+    ├── PublishFailed               a manual run could not be sent to the broker (carries reason)
     ├── StoreError                  the store cannot be used
     │   ├── StoreUnavailable        the database does not answer (URL shown without password)
     │   ├── SchemaOutdated          the schema needs ``celery -A proj durable-beat migrate``
@@ -56,10 +58,24 @@ class ScheduleNotFound(DurableBeatError, LookupError):
 
     def __init__(self, name: str) -> None:
         self.name = name
-        super().__init__(f'no schedule named "{name}"; `celery durable-beat list` shows them')
+        super().__init__(f'no schedule named "{name}"; `celery -A proj durable-beat list` shows them')
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class ScheduleConflict(DurableBeatError):
+    """The schedule exists, but its source or state forbids the change (e.g. an API upsert of a
+    schedule declared in config); the message says what to do instead."""
+
+
+class PublishFailed(DurableBeatError):
+    """A manual run could not be published; ``reason`` is the stable code (never error text)."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f'manual run of "{name}" was not sent: {reason}')
 
 
 class StoreError(DurableBeatError):

@@ -40,7 +40,10 @@ def normalize_url(url: str) -> URL:
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
-        raise InvalidArgument(f"durable_beat_url {url!r} is not a SQLAlchemy URL: {exc}") from exc
+        raise InvalidArgument(  # the raw text may hold a password: never echo it
+            "durable_beat_url is not a SQLAlchemy URL; write e.g. "
+            "postgresql://user:password@host/db or sqlite:///path/to/file.sqlite3"
+        ) from None
     if parsed.drivername in _PG_ALIASES:
         parsed = parsed.set(drivername="postgresql+psycopg")
     backend = parsed.get_backend_name()

@@ -123,7 +123,7 @@ def test_schedule_not_found_is_a_lookup_error_with_its_own_message() -> None:
         raise ScheduleNotFound("nightly")
     assert caught.value.name == "nightly"  # type: ignore[attr-defined]
     assert str(caught.value) == (
-        'no schedule named "nightly"; `celery durable-beat list` shows them'
+        'no schedule named "nightly"; `celery -A proj durable-beat list` shows them'
     )
 
 

@@ -1,0 +1,290 @@
+"""``celery -A proj durable-beat <verb>``: operate schedules from a shell (SPEC §8).
+
+Celery finds this group through the ``celery.commands`` entry point and hands every verb the
+loaded app as ``ctx.obj.app``. Each verb is a thin shell over :class:`DurableBeat`: parse the
+options, call one method, print either aligned text (``cli_format``) or the method's
+``to_json()`` with ``--json``.
+
+Failures an operator can cause or fix (an unknown name, a bad option, an unreachable store) end
+with ONE line on stderr and a documented exit code, never a traceback; see ``EXIT_CODES``.
+Further verbs (the HTTP server of §9, say) attach with ``durable_beat.add_command(...)`` and
+inherit this error handling by using :class:`VerbCommand` and :func:`control`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, TypeVar
+
+import click
+from celery.bin.base import CeleryCommand
+
+from celery_durable_beat import cli_format
+from celery_durable_beat.control import DurableBeat
+from celery_durable_beat.exceptions import (
+    ConfigError,
+    DurableBeatError,
+    InvalidArgument,
+    PublishFailed,
+    ScheduleConflict,
+    ScheduleNotFound,
+    StoreError,
+)
+
+EXIT_CODES = {
+    "ok": 0,
+    "error": 1,
+    "invalid input": 2,
+    "schedule not found": 3,
+    "conflict": 4,
+    "store unavailable": 5,
+    "publish failed": 6,
+}
+"""Exit codes of every verb, by meaning (documented in docs/operations.md)."""
+
+_BY_ERROR: tuple[tuple[type[Exception], int], ...] = (
+    (ScheduleNotFound, EXIT_CODES["schedule not found"]),
+    (InvalidArgument, EXIT_CODES["invalid input"]),
+    (ConfigError, EXIT_CODES["invalid input"]),
+    (ScheduleConflict, EXIT_CODES["conflict"]),
+    (StoreError, EXIT_CODES["store unavailable"]),
+    (PublishFailed, EXIT_CODES["publish failed"]),
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class CliError(click.ClickException):
+    """A failure shown as one ``Error: …`` line on stderr with a chosen exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(" ".join(message.split()))
+        self._exit_code = exit_code
+
+    @property  # click declares exit_code a class variable; ours depends on the failure
+    def exit_code(self) -> int:  # type: ignore[override]
+        return self._exit_code
+
+
+def one_line(exc: DurableBeatError) -> CliError:
+    """Our exception as one line; a ConfigError's list of problems is joined with ``;``."""
+    if isinstance(exc, ConfigError):
+        head = str(exc).splitlines()[0]  # "2 invalid schedule settings"
+        message = f"{head}: " + "; ".join(str(p) for p in exc.problems)
+    else:
+        message = str(exc) or type(exc).__name__
+    code = next((c for kind, c in _BY_ERROR if isinstance(exc, kind)), EXIT_CODES["error"])
+    return CliError(message, code)
+
+
+class _OneLineErrors:
+    """Turns click usage errors and our own errors into one stderr line with an exit code."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)  # type: ignore[misc]
+        except CliError:
+            raise
+        except click.UsageError as exc:
+            raise CliError(exc.format_message(), EXIT_CODES["invalid input"]) from None
+        except DurableBeatError as exc:
+            raise one_line(exc) from None
+
+
+class VerbCommand(_OneLineErrors, CeleryCommand):  # type: ignore[misc]
+    """A ``durable-beat`` verb; option errors surface as one line too."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)  # type: ignore[no-any-return]
+        except click.UsageError as exc:
+            raise CliError(exc.format_message(), EXIT_CODES["invalid input"]) from None
+
+
+class VerbGroup(_OneLineErrors, click.Group):
+    """The ``durable-beat`` group: an unknown verb is one line as well."""
+
+
+def control(ctx: click.Context) -> DurableBeat:
+    """The control API for the app Celery loaded, closed when the command ends."""
+    beat = ctx.meta.get("durable_beat")
+    if beat is None:
+        beat = DurableBeat(ctx.obj.app)  # ctx.obj: Celery's CLIContext, with the -A app
+        ctx.meta["durable_beat"] = beat
+        ctx.call_on_close(beat.close)
+    assert isinstance(beat, DurableBeat)
+    return beat
+
+
+def emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def emit_lines(lines: Iterable[str]) -> None:
+    for line in lines:
+        click.echo(line)
+
+
+def json_option(func: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(
+        func
+    )
+
+
+def parse_after(value: str | None) -> datetime | None:
+    """``--after``: an aware ISO 8601 instant (``Z`` allowed)."""
+    if value is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument(f"--after {value!r} is not an ISO 8601 instant") from None
+    if parsed.tzinfo is None:
+        raise InvalidArgument(f"--after {value!r} has no offset; add one, e.g. Z or +01:00")
+    return parsed
+
+
+def parse_kwargs(value: str | None) -> dict[str, Any] | None:
+    """``--kwargs``: a JSON object."""
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise InvalidArgument(
+            f"--kwargs is not valid JSON ({exc}); give an object, e.g. '{{\"day\": \"x\"}}'"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise InvalidArgument(f"--kwargs must be a JSON object, not {type(parsed).__name__}")
+    return parsed
+
+
+# -- the group and its verbs ----------------------------------------------------------------
+@click.group(name="durable-beat", cls=VerbGroup)
+@click.pass_context
+def durable_beat(ctx: click.Context) -> None:
+    """Operate durable beat schedules: list, inspect, pause, resume, run now, audit."""
+
+
+@durable_beat.command(name="list", cls=VerbCommand)
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, as_json: bool) -> None:
+    """Every schedule with its state, source, next tick and last outcome."""
+    views = control(ctx).list()
+    if as_json:
+        emit_json([v.to_json() for v in views])
+    else:
+        emit_lines(cli_format.schedules_table(views))
+
+
+@durable_beat.command(cls=VerbCommand)
+@click.argument("name")
+@click.option("--count", default=5, show_default=True, help="How many next ticks (1..100).")
+@click.option("--after", help="Look ahead from this ISO 8601 instant instead of now.")
+@json_option
+@click.pass_context
+def show(ctx: click.Context, name: str, count: int, after: str | None, as_json: bool) -> None:
+    """One schedule: its settings, the schedule in words and the next ticks in its zone."""
+    detail = control(ctx).get(name, count=count, after=parse_after(after))
+    if as_json:
+        emit_json(detail.to_json())
+    else:
+        emit_lines(cli_format.schedule_detail(detail))
+
+
+@durable_beat.command(cls=VerbCommand)
+@click.argument("name")
+@click.option("--limit", default=30, show_default=True, help="Events per page (1..100).")
+@click.option("--cursor", help="The cursor printed by the previous page.")
+@json_option
+@click.pass_context
+def history(ctx: click.Context, name: str, limit: int, cursor: str | None, as_json: bool) -> None:
+    """Audit records of a schedule, newest first (also after it was deleted)."""
+    page = control(ctx).history(name, limit=limit, cursor=cursor)
+    if as_json:
+        emit_json(page.to_json())
+    else:
+        emit_lines(cli_format.history_table(page))
+
+
+@durable_beat.command(name="next", cls=VerbCommand)
+@click.argument("name")
+@click.option("--count", default=5, show_default=True, help="How many ticks (1..100).")
+@click.option("--after", help="Look ahead from this ISO 8601 instant instead of now.")
+@json_option
+@click.pass_context
+def next_(ctx: click.Context, name: str, count: int, after: str | None, as_json: bool) -> None:
+    """The next ticks in the schedule's zone, with the task id each will carry."""
+    detail = control(ctx).get(name, count=count, after=parse_after(after))
+    if as_json:
+        emit_json([t.to_json() for t in detail.next])
+    else:
+        view = detail.view
+        emit_lines(cli_format.next_ticks_table(detail.next, view.tz, state=view.state))
+
+
+@durable_beat.command(cls=VerbCommand)
+@click.argument("name")
+@click.option("--kwargs", "kwargs_json", help="JSON object merged over the schedule's kwargs.")
+@click.option("--idempotency-key", help="Runs once per key; repeating it sends nothing.")
+@json_option
+@click.pass_context
+def trigger(
+    ctx: click.Context, name: str, kwargs_json: str | None, idempotency_key: str | None,
+    as_json: bool,
+) -> None:
+    """Run the schedule's task now; its next tick does not move."""
+    result = control(ctx).trigger(name, parse_kwargs(kwargs_json), idempotency_key)
+    if as_json:
+        emit_json(result.to_json())
+    else:
+        click.echo(cli_format.trigger_line(name, result))
+
+
+def _state_verb(verb: str, past: str, method: Callable[[DurableBeat, str], Any], doc: str) -> None:
+    @durable_beat.command(name=verb, cls=VerbCommand, help=doc)
+    @click.argument("name")
+    @json_option
+    @click.pass_context
+    def command(ctx: click.Context, name: str, as_json: bool) -> None:
+        view = method(control(ctx), name)
+        if as_json:
+            emit_json(view.to_json())
+        else:
+            click.echo(cli_format.state_line(past, view))
+
+
+_state_verb("pause", "paused", DurableBeat.pause, "Stop ticking until resumed.")
+_state_verb("resume", "resumed", DurableBeat.resume,
+            "Tick again from the next occurrence after now (the paused window is not replayed).")
+_state_verb("archive", "archived", DurableBeat.archive,
+            "Retire a schedule, keeping its history (a config schedule returns at the next sync "
+            "while it is still in beat_schedule).")
+
+
+@durable_beat.command(cls=VerbCommand)
+@json_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Leader, fencing epoch, schedules by state and how many are due now."""
+    view = control(ctx).status()
+    if as_json:
+        emit_json(view.to_json())
+    else:
+        emit_lines(cli_format.status_lines(view))
+
+
+@durable_beat.command(cls=VerbCommand)
+@json_option
+@click.pass_context
+def migrate(ctx: click.Context, as_json: bool) -> None:
+    """Create or upgrade the store's schema to this version's revision."""
+    beat = control(ctx)
+    revision = beat.migrate()
+    if as_json:
+        emit_json({"revision": revision})
+    else:
+        click.echo(f"schema at revision {revision}")

@@ -1,0 +1,370 @@
+"""``DurableBeat(app)``: the Python control API every operator surface goes through (SPEC §8).
+
+The CLI, the HTTP API and user code all call this class, so the rules live here once:
+
+- **Validation as for config.** ``upsert`` runs the same validator as ``beat_schedule``, so a bad
+  definition fails with the same message wherever it comes from.
+- **Ownership.** A schedule declared in config belongs to config: an API upsert of its name is
+  refused (``ScheduleConflict``); config sync in turn never touches an API schedule (§3).
+- **Pause and resume plan from now.** Resuming never replays the ticks of an intentional pause;
+  the next tick is the first occurrence after the store's clock. A quarantined schedule is resumed
+  the same way.
+- **Manual runs do not move the schedule.** ``trigger`` publishes one tick with trigger
+  ``manual`` and a task id derived from the idempotency key; a key seen before returns the first
+  run's task id with ``created`` false and publishes nothing.
+- **The store's clock.** "Now" is the database's ``now_ms()``, as for the leader; read-only
+  methods that look ahead take an explicit ``after`` so callers (and tests) control time.
+
+Every method returns frozen values (``control_views``) whose ``to_json()`` gives exactly the
+fields of SPEC §8.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from celery_durable_beat.clock import datetime_to_ms
+from celery_durable_beat.config import app_defaults, translate_entry
+from celery_durable_beat.control_views import (
+    EventView,
+    HistoryPage,
+    NextTick,
+    ScheduleDetail,
+    ScheduleView,
+    StatusView,
+    TriggerResult,
+    UpsertStatus,
+    decode_cursor,
+    encode_cursor,
+    event_view,
+    schedule_view,
+)
+from celery_durable_beat.dispatch import Publisher, TickMessage, next_due_ms
+from celery_durable_beat.exceptions import (
+    InvalidArgument,
+    OccurrenceSearchError,
+    PublishFailed,
+    ScheduleConflict,
+    ScheduleNotFound,
+    StaleEpoch,
+)
+from celery_durable_beat.ids import format_tick_instant, manual_task_id, tick_task_id
+from celery_durable_beat.model import Outcome, ScheduleState, Source, Trigger
+from celery_durable_beat.publish import CeleryPublisher
+from celery_durable_beat.schedules.describe import describe
+from celery_durable_beat.schedules.occurrences import next_tick
+from celery_durable_beat.schedules.render import render, tick_isoformat
+from celery_durable_beat.schedules.validate import validate_entry
+from celery_durable_beat.settings import Settings
+from celery_durable_beat.store.base import AuditEvent, ScheduleRecord, Store
+from celery_durable_beat.sync import first_tick_ms
+from celery_durable_beat.wiring import make_store
+
+__all__ = [
+    "COUNT_LIMIT",
+    "DurableBeat",
+    "EventView",
+    "HISTORY_LIMIT",
+    "HistoryPage",
+    "NextTick",
+    "ScheduleDetail",
+    "ScheduleView",
+    "StatusView",
+    "TriggerResult",
+    "UpsertStatus",
+]
+
+HISTORY_LIMIT = (1, 100)
+"""Allowed ``history`` page sizes."""
+COUNT_LIMIT = (1, 100)
+"""Allowed ``next_ticks`` / ``get`` look-ahead counts."""
+
+
+class DurableBeat:
+    """Steer the schedules of a Celery app: read, change, pause, run now, audit.
+
+    The store is built from ``app.conf`` on first use and its schema checked then (created on an
+    empty database, refused when outdated), so constructing one is free. ``store`` and
+    ``publisher`` may be injected, e.g. a ``CapturingPublisher`` in tests.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        store: Store | None = None,
+        publisher: Publisher | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self.app = app
+        self.settings = settings or Settings.from_conf(app.conf)
+        self._store = store
+        self._publisher = publisher
+        self._schema_checked = False
+
+    # -- plumbing -----------------------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        """The store, schema checked before the first use."""
+        store = self._raw_store()
+        if not self._schema_checked:
+            store.ensure_schema()
+            self._schema_checked = True
+        return store
+
+    def _raw_store(self) -> Store:
+        if self._store is None:
+            self._store = make_store(self.settings)
+        return self._store
+
+    @property
+    def publisher(self) -> Publisher:
+        if self._publisher is None:
+            self._publisher = CeleryPublisher(self.app)
+        return self._publisher
+
+    def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+
+    def __enter__(self) -> DurableBeat:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _require(self, name: str) -> ScheduleRecord:
+        record = self.store.get(name)
+        if record is None:
+            raise ScheduleNotFound(name)
+        return record
+
+    def migrate(self) -> str:
+        """Create or upgrade the schema (no schema check first: that is what it fixes)."""
+        revision = self._raw_store().migrate()
+        self._schema_checked = True
+        return revision
+
+    # -- reading ------------------------------------------------------------------------------
+    def list(self) -> list[ScheduleView]:
+        """Every schedule, archived ones included, ordered by name."""
+        return [schedule_view(record) for record in self.store.list_schedules()]
+
+    def get(
+        self, name: str, *, count: int = 5, after: datetime | None = None
+    ) -> ScheduleDetail:
+        """One schedule with its description in words and its next ``count`` ticks."""
+        record = self._require(name)
+        return ScheduleDetail(
+            view=schedule_view(record),
+            description=describe(record.definition.spec),
+            next=tuple(self._next(record, count, after)),
+        )
+
+    def next_ticks(
+        self, name: str, count: int = 5, *, after: datetime | None = None
+    ) -> builtins.list[NextTick]:
+        """The next ``count`` ticks (1..100) after ``after`` (default: now).
+
+        Without ``after``, an active schedule's stored next tick comes first even when it is
+        already due, since that is the tick beat fires next.
+        """
+        return self._next(self._require(name), count, after)
+
+    def _next(
+        self, record: ScheduleRecord, count: int, after: datetime | None
+    ) -> builtins.list[NextTick]:
+        _check_range("count", count, COUNT_LIMIT)
+        spec, ticks = record.definition.spec, []
+        if after is not None:
+            cursor = datetime_to_ms(after)
+        else:
+            cursor = self.store.now_ms()
+            pending = record.next_tick_ms if record.state is ScheduleState.ACTIVE else None
+            if pending is not None and pending <= cursor:
+                ticks.append(pending)  # already due: beat fires it (or its policy) next
+        try:
+            while len(ticks) < count:
+                cursor = next_tick(spec, cursor)
+                ticks.append(cursor)
+        except OccurrenceSearchError:
+            pass  # a cron with no further occurrence: show what there is
+        tz = record.definition.tz
+        return [NextTick(t, tick_isoformat(t, tz), tick_task_id(record.name, t)) for t in ticks]
+
+    def history(self, name: str, limit: int = 30, cursor: str | None = None) -> HistoryPage:
+        """Audit events, newest first, ``limit`` (1..100) per page; readable after ``delete``."""
+        _check_range("limit", limit, HISTORY_LIMIT)
+        before_id = decode_cursor(cursor) if cursor is not None else None
+        store = self.store
+        found = store.history(name, limit + 1, before_id)
+        if not found and cursor is None and store.get(name) is None:
+            raise ScheduleNotFound(name)
+        page = found[:limit]
+        more = len(found) > limit
+        return HistoryPage(
+            events=tuple(event_view(e) for e in page),
+            next_cursor=encode_cursor(page[-1].id) if more and page else None,
+        )
+
+    def status(self) -> StatusView:
+        """Who leads at which fencing epoch, schedules by state, and how many are due now."""
+        store = self.store
+        now = store.now_ms()
+        info = store.leader_info()
+        live = info.holder is not None and (info.expires_at_ms is None or info.expires_at_ms > now)
+        expires = info.expires_at_ms
+        return StatusView(
+            leader=info.holder if live else None,
+            epoch=info.epoch,
+            lease_expires_at=None if expires is None else format_tick_instant(expires),
+            counts=store.counts_by_state(),
+            due_backlog=store.due_backlog(now),
+            now_ms=now,
+            lease_expires_at_ms=expires,
+        )
+
+    # -- changing -----------------------------------------------------------------------------
+    def upsert(self, name: str, definition: Mapping[str, Any]) -> UpsertStatus:
+        """Create or change an API schedule from a ``beat_schedule``-style entry.
+
+        Unchanged definitions move nothing; a changed one gets version + 1 and is re-planned from
+        now (SPEC §3). Raises ConfigError (the config validator's messages) or ScheduleConflict
+        when config declares that name.
+        """
+        defaults = app_defaults(self.app, self.settings)
+        valid = validate_entry(name, translate_entry(name, definition), defaults)
+        store = self.store
+        existing = store.get(name)
+        if existing is not None and existing.source is Source.CONFIG:
+            raise ScheduleConflict(
+                f'schedule "{existing.name}" comes from beat_schedule (source config); change it '
+                "in the config, or delete it here first to manage it through the API"
+            )
+        now = store.now_ms()
+        result = store.upsert(valid, Source.API, first_tick_ms(valid, now), now)
+        return UpsertStatus(result.status)
+
+    def pause(self, name: str) -> ScheduleView:
+        """Stop ticking until ``resume``; pausing a paused schedule changes nothing."""
+        record = self._require(name)
+        _refuse_archived(record, "pause")
+        if record.state is ScheduleState.PAUSED:
+            return schedule_view(record)
+        store = self.store
+        return schedule_view(store.set_state(record.name, ScheduleState.PAUSED, store.now_ms()))
+
+    def resume(self, name: str) -> ScheduleView:
+        """Tick again from the first occurrence after now: the paused window is not replayed."""
+        record = self._require(name)
+        _refuse_archived(record, "resume")
+        if record.state is ScheduleState.ACTIVE:
+            return schedule_view(record)
+        store = self.store
+        now = store.now_ms()
+        # Never at or before a tick that already fired (a skewed SQLite host clock, say).
+        tick = next_tick(record.definition.spec, max(now, record.last_tick_ms or now))
+        due = next_due_ms(record.name, tick, record.definition.jitter)
+        updated = store.set_state(record.name, ScheduleState.ACTIVE, now, tick, due)
+        return schedule_view(updated)
+
+    def archive(self, name: str) -> ScheduleView:
+        """Retire a schedule, history kept. A config schedule still in config comes back at the
+        next config sync (SPEC §3): remove it from ``beat_schedule`` to retire it for good."""
+        record = self._require(name)
+        if record.state is ScheduleState.ARCHIVED:
+            return schedule_view(record)
+        store = self.store
+        return schedule_view(store.set_state(record.name, ScheduleState.ARCHIVED, store.now_ms()))
+
+    def delete(self, name: str) -> None:
+        """Remove the schedule; its history stays readable through ``history``."""
+        if not self.store.delete(name):
+            raise ScheduleNotFound(name)
+
+    def trigger(
+        self,
+        name: str,
+        kwargs: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> TriggerResult:
+        """Run a schedule's task now, outside its plan (the next tick does not move).
+
+        ``kwargs`` are merged over the definition's. With an ``idempotency_key`` the task id is
+        derived from it, and a key whose run is already recorded returns that run with
+        ``created`` False. Raises PublishFailed when the broker refuses the message.
+        """
+        overrides = _check_kwargs(kwargs)
+        record = self._require(name)
+        task_id = manual_task_id(record.name, idempotency_key)
+        store = self.store
+        if store.find_enqueued(task_id) is not None:
+            return TriggerResult(task_id, created=False)
+        message = manual_message(record, task_id, store.now_ms(), overrides)
+        with self.publisher.session() as session:
+            reason = session.publish(message)
+        outcome = Outcome.ENQUEUED if reason is None else Outcome.FAILED
+        self._record_manual(record, message, outcome, None if reason is None else reason.value)
+        if reason is not None:
+            raise PublishFailed(record.name, reason.value)
+        return TriggerResult(task_id, created=True)
+
+    def _record_manual(
+        self, record: ScheduleRecord, message: TickMessage, outcome: Outcome, reason: str | None
+    ) -> None:
+        event = AuditEvent(
+            schedule=record.name, tick_ms=message.tick_ms, task_id=message.task_id,
+            trigger=Trigger.MANUAL, outcome=outcome, reason=reason, lag_ms=0,
+            version=record.version,
+        )
+        try:
+            self.store.record([event], epoch=self.store.leader_info().epoch)
+        except StaleEpoch:  # a new leader registered its epoch in between: use the new one
+            self.store.record([event], epoch=self.store.leader_info().epoch)
+
+
+# -- helpers (pure) ---------------------------------------------------------------------------
+def manual_message(
+    record: ScheduleRecord, task_id: str, now_ms: int, overrides: Mapping[str, Any]
+) -> TickMessage:
+    """A manual run's message: placeholders filled from the moment of the run."""
+    d = record.definition
+    return TickMessage(
+        schedule=record.name, task=d.task,
+        args=tuple(render(list(d.args), now_ms, d.tz)),
+        kwargs=render({**d.kwargs, **overrides}, now_ms, d.tz),
+        options=dict(d.options), task_id=task_id, tick_ms=now_ms, trigger=Trigger.MANUAL,
+    )
+
+
+def _check_range(label: str, value: object, bounds: Sequence[int]) -> None:
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InvalidArgument(f"{label} must be a whole number from {low} to {high}; got {value!r}")
+
+
+def _check_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise InvalidArgument("kwargs must be an object with string keys, e.g. {\"day\": \"x\"}")
+    try:
+        json.dumps(kwargs, allow_nan=False)
+    except (TypeError, ValueError):
+        raise InvalidArgument(
+            "kwargs must hold only JSON values (strings, numbers, booleans, null, lists, objects)"
+        ) from None
+    return dict(kwargs)
+
+
+def _refuse_archived(record: ScheduleRecord, verb: str) -> None:
+    if record.state is ScheduleState.ARCHIVED:
+        how = "declare it in beat_schedule again" if record.source is Source.CONFIG else (
+            "upsert it again")
+        raise ScheduleConflict(
+            f'cannot {verb} "{record.name}": it is archived; {how} to re-activate it'
+        )

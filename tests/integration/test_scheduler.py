@@ -1,0 +1,67 @@
+"""How Celery drives the Scheduler (seen with Celery 5.7), on a real SQLite store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from celery_durable_beat.exceptions import ConfigError
+from celery_durable_beat.scheduler import Scheduler
+
+pytestmark = pytest.mark.integration
+
+
+def _app(url: str, schedule: dict[str, dict[str, object]] | None = None) -> Celery:
+    app = Celery("sched", broker="memory://", set_as_current=False)
+    app.conf.durable_beat_url = url
+    app.conf.beat_schedule = schedule or {}
+    return app
+
+
+def test_lazy_instance_touches_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DURABLE_BEAT_URL", raising=False)
+    app = _app("postgresql+psycopg://beat:s3cret@127.0.0.1:1/nowhere")
+    scheduler = Scheduler(app, lazy=True)  # what `celery beat` builds to print its banner
+    assert scheduler.store is None
+    assert "s3cret" not in scheduler.info and "127.0.0.1:1/nowhere" in scheduler.info
+    scheduler.close()
+    scheduler.close()
+
+
+def test_close_twice_and_burst_of_ticks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DURABLE_BEAT_URL", raising=False)
+    app = _app(f"sqlite:///{tmp_path}/s.sqlite3", {"m": {"task": "t", "schedule": "@every 60s"}})
+    scheduler = Scheduler(app)
+    assert scheduler.store is not None
+    calls = {"n": 0}
+    real_now = scheduler.store.now_ms
+
+    def counting_now() -> int:
+        calls["n"] += 1
+        return real_now()
+
+    monkeypatch.setattr(scheduler.store, "now_ms", counting_now)
+    first = scheduler.tick()
+    after_first = calls["n"]
+    assert 0 < first <= scheduler.settings.poll_interval
+    for _ in range(50):  # Celery's spin just before a due instant
+        assert scheduler.tick() > 0
+    assert calls["n"] == after_first, "tick() queried the store while nothing could be due"
+    scheduler.close()
+    scheduler.close()
+
+
+def test_invalid_config_refuses_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DURABLE_BEAT_URL", raising=False)
+    app = _app(f"sqlite:///{tmp_path}/s.sqlite3", {"x": {"task": "t", "schedule": "nope"}})
+    with pytest.raises(ConfigError, match='schedule "x"'):
+        Scheduler(app)
+
+
+def test_wrong_setting_names_itself(tmp_path: Path) -> None:
+    app = _app(f"sqlite:///{tmp_path}/s.sqlite3")
+    app.conf.durable_beat_batch_size = 0
+    with pytest.raises(ConfigError, match="durable_beat_batch_size"):
+        Scheduler(app, lazy=True)
