@@ -65,3 +65,30 @@ def test_wrong_setting_names_itself(tmp_path: Path) -> None:
     app.conf.durable_beat_batch_size = 0
     with pytest.raises(ConfigError, match="durable_beat_batch_size"):
         Scheduler(app, lazy=True)
+
+
+def test_history_is_pruned_to_history_keep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from celery_durable_beat.model import Outcome, Trigger
+    from celery_durable_beat.store.base import AuditEvent
+
+    monkeypatch.delenv("DURABLE_BEAT_URL", raising=False)
+    app = _app(f"sqlite:///{tmp_path}/s.sqlite3", {"p": {"task": "t", "schedule": "@every:200"}})
+    app.conf.durable_beat_history_keep = 3
+    scheduler = Scheduler(app)
+    store = scheduler.store
+    assert store is not None
+    old = [
+        AuditEvent("p", 1000 + i, f"old-{i}", Trigger.AUTO, Outcome.ENQUEUED, version=1)
+        for i in range(10)
+    ]
+    store.record(old, epoch=1)
+    deadline = store.now_ms() + 10_000
+    while not any(e.task_id and e.task_id.startswith("p@") for e in store.history("p", 50)):
+        assert store.now_ms() < deadline, "no tick was dispatched"
+        scheduler._wake_at = 0.0  # let the test's loop drive rounds back to back
+        scheduler.tick()
+    events = store.history("p", 50)
+    assert len(events) == 3  # the newest three of everything recorded: the tick, then old-9...
+    kept_old = [e.task_id for e in events if e.task_id and e.task_id.startswith("old-")]
+    assert kept_old == ["old-9", "old-8"][: len(kept_old)]
+    scheduler.close()
