@@ -1,6 +1,6 @@
 """celery_durable_beat: a durable, highly available replacement for Celery beat.
 
-    celery -A proj beat -S celery_durable_beat.Scheduler
+celery -A proj beat -S celery_durable_beat.Scheduler
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from celery_durable_beat.ids import tick_task_id
 if TYPE_CHECKING:
     from celery_durable_beat.control import DurableBeat
     from celery_durable_beat.scheduler import Scheduler
+    from celery_durable_beat.worker import install, periodic_origin
 
 __all__ = [
     "ConfigError",
@@ -24,6 +25,8 @@ __all__ = [
     "DurableBeatError",
     "ScheduleNotFound",
     "Scheduler",
+    "install",
+    "periodic_origin",
     "tick_task_id",
 ]
 
@@ -40,4 +43,8 @@ def __getattr__(name: str) -> Any:
         from celery_durable_beat.control import DurableBeat
 
         return DurableBeat
+    if name in ("install", "periodic_origin"):
+        from celery_durable_beat import worker
+
+        return getattr(worker, name)
     raise AttributeError(f"module 'celery_durable_beat' has no attribute {name!r}")

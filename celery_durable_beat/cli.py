@@ -128,9 +128,7 @@ def emit_lines(lines: Iterable[str]) -> None:
 
 
 def json_option(func: F) -> F:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(
-        func
-    )
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(func)
 
 
 def parse_after(value: str | None) -> datetime | None:
@@ -154,7 +152,7 @@ def parse_kwargs(value: str | None) -> dict[str, Any] | None:
         parsed = json.loads(value)
     except ValueError as exc:
         raise InvalidArgument(
-            f"--kwargs is not valid JSON ({exc}); give an object, e.g. '{{\"day\": \"x\"}}'"
+            f'--kwargs is not valid JSON ({exc}); give an object, e.g. \'{{"day": "x"}}\''
         ) from None
     if not isinstance(parsed, dict):
         raise InvalidArgument(f"--kwargs must be a JSON object, not {type(parsed).__name__}")
@@ -233,7 +231,10 @@ def next_(ctx: click.Context, name: str, count: int, after: str | None, as_json:
 @json_option
 @click.pass_context
 def trigger(
-    ctx: click.Context, name: str, kwargs_json: str | None, idempotency_key: str | None,
+    ctx: click.Context,
+    name: str,
+    kwargs_json: str | None,
+    idempotency_key: str | None,
     as_json: bool,
 ) -> None:
     """Run the schedule's task now; its next tick does not move."""
@@ -258,11 +259,19 @@ def _state_verb(verb: str, past: str, method: Callable[[DurableBeat, str], Any],
 
 
 _state_verb("pause", "paused", DurableBeat.pause, "Stop ticking until resumed.")
-_state_verb("resume", "resumed", DurableBeat.resume,
-            "Tick again from the next occurrence after now (the paused window is not replayed).")
-_state_verb("archive", "archived", DurableBeat.archive,
-            "Retire a schedule, keeping its history (a config schedule returns at the next sync "
-            "while it is still in beat_schedule).")
+_state_verb(
+    "resume",
+    "resumed",
+    DurableBeat.resume,
+    "Tick again from the next occurrence after now (the paused window is not replayed).",
+)
+_state_verb(
+    "archive",
+    "archived",
+    DurableBeat.archive,
+    "Retire a schedule, keeping its history (a config schedule returns at the next sync "
+    "while it is still in beat_schedule).",
+)
 
 
 @durable_beat.command(cls=VerbCommand)

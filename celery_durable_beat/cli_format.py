@@ -58,8 +58,17 @@ def schedules_table(views: Sequence[ScheduleView]) -> list[str]:
         return ["no schedules yet (beat syncs beat_schedule into the store when it starts leading)"]
     headers = ("NAME", "STATE", "SOURCE", "VER", "SCHEDULE", "TZ", "NEXT TICK", "LAST", "TASK")
     rows = [
-        (v.name, v.state, v.source, v.version, v.schedule, v.tz, v.next_tick, v.last_outcome,
-         v.task)
+        (
+            v.name,
+            v.state,
+            v.source,
+            v.version,
+            v.schedule,
+            v.tz,
+            v.next_tick,
+            v.last_outcome,
+            v.task,
+        )
         for v in views
     ]
     return table(headers, rows)
@@ -105,15 +114,26 @@ def next_ticks_table(ticks: Sequence[NextTick], tz: str, *, state: str = "active
         return ["no upcoming ticks"]
     title = f"next {len(ticks)} tick{'s' if len(ticks) != 1 else ''}"
     note = _NOT_FIRING.get(state, "")
-    return [f"{title}{note}:", *table((f"TICK ({tz})", "TASK ID"),
-                                      [(t.tick, t.task_id) for t in ticks])]
+    return [
+        f"{title}{note}:",
+        *table((f"TICK ({tz})", "TASK ID"), [(t.tick, t.task_id) for t in ticks]),
+    ]
 
 
 def history_table(page: HistoryPage) -> list[str]:
     if not page.events:
         return ["no events"]
-    headers = ("RECORDED (UTC)", "TICK (UTC)", "TRIGGER", "OUTCOME", "REASON", "LAG", "RUN",
-               "VER", "TASK ID")
+    headers = (
+        "RECORDED (UTC)",
+        "TICK (UTC)",
+        "TRIGGER",
+        "OUTCOME",
+        "REASON",
+        "LAG",
+        "RUN",
+        "VER",
+        "TASK ID",
+    )
     lines = table(headers, [_event_row(e) for e in page.events])
     if page.next_cursor:
         lines.append(f"older events: --cursor {page.next_cursor}")
@@ -122,8 +142,15 @@ def history_table(page: HistoryPage) -> list[str]:
 
 def _event_row(event: EventView) -> tuple[object, ...]:
     return (
-        event.recorded_at, format_tick_instant(event.tick_ms), event.trigger, event.outcome,
-        event.reason, duration_ms(event.lag_ms), event.run_state, event.version, event.task_id,
+        event.recorded_at,
+        format_tick_instant(event.tick_ms),
+        event.trigger,
+        event.outcome,
+        event.reason,
+        duration_ms(event.lag_ms),
+        event.run_state,
+        event.version,
+        event.task_id,
     )
 
 
@@ -143,12 +170,15 @@ def state_line(verb: str, view: ScheduleView) -> str:
 
 def status_lines(status: StatusView) -> list[str]:
     counts = ", ".join(f"{state} {count}" for state, count in status.counts.items())
-    return table(None, [
-        ("leader", _leader(status)),
-        ("fencing epoch", status.epoch),
-        ("schedules", counts),
-        ("due now", status.due_backlog),
-    ])
+    return table(
+        None,
+        [
+            ("leader", _leader(status)),
+            ("fencing epoch", status.epoch),
+            ("schedules", counts),
+            ("due now", status.due_backlog),
+        ],
+    )
 
 
 def _leader(status: StatusView) -> str:

@@ -154,9 +154,7 @@ class DurableBeat:
         """Every schedule, archived ones included, ordered by name."""
         return [schedule_view(record) for record in self.store.list_schedules()]
 
-    def get(
-        self, name: str, *, count: int = 5, after: datetime | None = None
-    ) -> ScheduleDetail:
+    def get(self, name: str, *, count: int = 5, after: datetime | None = None) -> ScheduleDetail:
         """One schedule with its description in words and its next ``count`` ticks."""
         record = self._require(name)
         return ScheduleDetail(
@@ -317,8 +315,13 @@ class DurableBeat:
         self, record: ScheduleRecord, message: TickMessage, outcome: Outcome, reason: str | None
     ) -> None:
         event = AuditEvent(
-            schedule=record.name, tick_ms=message.tick_ms, task_id=message.task_id,
-            trigger=Trigger.MANUAL, outcome=outcome, reason=reason, lag_ms=0,
+            schedule=record.name,
+            tick_ms=message.tick_ms,
+            task_id=message.task_id,
+            trigger=Trigger.MANUAL,
+            outcome=outcome,
+            reason=reason,
+            lag_ms=0,
             version=record.version,
         )
         try:
@@ -334,10 +337,14 @@ def manual_message(
     """A manual run's message: placeholders filled from the moment of the run."""
     d = record.definition
     return TickMessage(
-        schedule=record.name, task=d.task,
+        schedule=record.name,
+        task=d.task,
         args=tuple(render(list(d.args), now_ms, d.tz)),
         kwargs=render({**d.kwargs, **overrides}, now_ms, d.tz),
-        options=dict(d.options), task_id=task_id, tick_ms=now_ms, trigger=Trigger.MANUAL,
+        options=dict(d.options),
+        task_id=task_id,
+        tick_ms=now_ms,
+        trigger=Trigger.MANUAL,
     )
 
 
@@ -351,7 +358,7 @@ def _check_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
     if kwargs is None:
         return {}
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
-        raise InvalidArgument("kwargs must be an object with string keys, e.g. {\"day\": \"x\"}")
+        raise InvalidArgument('kwargs must be an object with string keys, e.g. {"day": "x"}')
     try:
         json.dumps(kwargs, allow_nan=False)
     except (TypeError, ValueError):
@@ -363,8 +370,11 @@ def _check_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _refuse_archived(record: ScheduleRecord, verb: str) -> None:
     if record.state is ScheduleState.ARCHIVED:
-        how = "declare it in beat_schedule again" if record.source is Source.CONFIG else (
-            "upsert it again")
+        how = (
+            "declare it in beat_schedule again"
+            if record.source is Source.CONFIG
+            else ("upsert it again")
+        )
         raise ScheduleConflict(
             f'cannot {verb} "{record.name}": it is archived; {how} to re-activate it'
         )

@@ -70,8 +70,21 @@ class ScheduleView:
 
 
 LIST_FIELDS = (
-    "name", "task", "schedule", "tz", "missed", "backfill_max", "overlap", "jitter", "state",
-    "version", "source", "next_tick", "next_tick_ms", "last_tick_ms", "last_outcome",
+    "name",
+    "task",
+    "schedule",
+    "tz",
+    "missed",
+    "backfill_max",
+    "overlap",
+    "jitter",
+    "state",
+    "version",
+    "source",
+    "next_tick",
+    "next_tick_ms",
+    "last_tick_ms",
+    "last_outcome",
 )
 """The fields of a ``list`` item, in SPEC §8's order."""
 
@@ -113,8 +126,16 @@ class EventView:
 
 
 EVENT_FIELDS = (
-    "schedule", "tick_ms", "task_id", "trigger", "outcome", "reason", "lag_ms", "version",
-    "recorded_at", "run_state",
+    "schedule",
+    "tick_ms",
+    "task_id",
+    "trigger",
+    "outcome",
+    "reason",
+    "lag_ms",
+    "version",
+    "recorded_at",
+    "run_state",
 )
 
 
@@ -168,11 +189,20 @@ def schedule_view(record: ScheduleRecord) -> ScheduleView:
     active = record.state is ScheduleState.ACTIVE
     next_ms = record.next_tick_ms if active else None
     return ScheduleView(
-        name=record.name, task=d.task, schedule=d.spec.text(), tz=d.tz, missed=d.missed.value,
-        backfill_max=d.backfill_max, overlap=d.overlap.value, jitter=d.jitter,
-        state=record.state.value, version=record.version, source=record.source.value,
+        name=record.name,
+        task=d.task,
+        schedule=d.spec.text(),
+        tz=d.tz,
+        missed=d.missed.value,
+        backfill_max=d.backfill_max,
+        overlap=d.overlap.value,
+        jitter=d.jitter,
+        state=record.state.value,
+        version=record.version,
+        source=record.source.value,
         next_tick=None if next_ms is None else tick_isoformat(next_ms, d.tz),
-        next_tick_ms=next_ms, last_tick_ms=record.last_tick_ms,
+        next_tick_ms=next_ms,
+        last_tick_ms=record.last_tick_ms,
         last_outcome=None if record.last_outcome is None else record.last_outcome.value,
         definition=d,
     )
@@ -180,10 +210,17 @@ def schedule_view(record: ScheduleRecord) -> ScheduleView:
 
 def event_view(event: StoredEvent) -> EventView:
     return EventView(
-        id=event.id, schedule=event.schedule, tick_ms=event.tick_ms, task_id=event.task_id,
-        trigger=event.trigger.value, outcome=event.outcome.value, reason=event.reason,
-        lag_ms=event.lag_ms, version=event.version,
-        recorded_at=format_tick_instant(event.recorded_at_ms), run_state=event.run_state,
+        id=event.id,
+        schedule=event.schedule,
+        tick_ms=event.tick_ms,
+        task_id=event.task_id,
+        trigger=event.trigger.value,
+        outcome=event.outcome.value,
+        reason=event.reason,
+        lag_ms=event.lag_ms,
+        version=event.version,
+        recorded_at=format_tick_instant(event.recorded_at_ms),
+        run_state=event.run_state,
     )
 
 
@@ -198,7 +235,7 @@ def decode_cursor(cursor: str) -> int:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         if not raw.startswith(_CURSOR_PREFIX):
             raise ValueError(raw)
-        event_id = int(raw[len(_CURSOR_PREFIX):])
+        event_id = int(raw[len(_CURSOR_PREFIX) :])
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise InvalidArgument(
             f"cursor {cursor!r} is not one history gave out; start again without a cursor"

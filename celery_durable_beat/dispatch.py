@@ -17,6 +17,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from celery_durable_beat import faults
 from celery_durable_beat.ids import jitter_offset_ms, tick_task_id
 from celery_durable_beat.model import (
     OWN_FAULT_REASONS,
@@ -137,12 +138,15 @@ class Dispatcher:
         batch_size: int = 500,
         quarantine_after: int = 5,
         gate: Callable[[DueSchedule, TickMessage], Reason | None] | None = None,
+        still_leader: Callable[[], bool] | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
         self.batch_size = batch_size
         self.quarantine_after = quarantine_after
         self.gate = gate
+        # Checked before each schedule: a leader whose lease may lapse stops publishing (SPEC §7).
+        self.still_leader = still_leader
 
     def run_round(self, now_ms: int, epoch: int) -> RoundStats:
         stats = RoundStats()
@@ -155,6 +159,7 @@ class Dispatcher:
             existing = claim.enqueued_task_ids(ids) if ids else set()
             advances = self._publish_all(work, existing, now_ms, stats)
             claim.record(stats.events, epoch)
+        faults.point("after_audit")
         applied = self.store.advance(advances, epoch)
         stats.conflicts = applied.count(False)
         if stats.conflicts:
@@ -173,6 +178,8 @@ class Dispatcher:
         pending: list[_Result] = []
         with self.publisher.session() as session:
             for item in work:
+                if self.still_leader is not None and not self.still_leader():
+                    break  # the rest stays due for whoever leads next
                 result = self._run_one(item, self._firing(session, existing), now_ms)
                 pending.append(result)
                 stats.broker_unavailable = result.failure is Reason.BROKER_UNAVAILABLE
@@ -181,7 +188,9 @@ class Dispatcher:
                     pending = []
                 if stats.broker_unavailable:
                     break
+                faults.point("mid_batch")
             done += self._confirm(session, pending, now_ms, stats)
+            faults.point("after_publish")
         for result in done:
             stats.events.extend(result.events)
         return [result.advance for result in done]

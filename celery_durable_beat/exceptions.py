@@ -58,7 +58,9 @@ class ScheduleNotFound(DurableBeatError, LookupError):
 
     def __init__(self, name: str) -> None:
         self.name = name
-        super().__init__(f'no schedule named "{name}"; `celery -A proj durable-beat list` shows them')
+        super().__init__(
+            f'no schedule named "{name}"; `celery -A proj durable-beat list` shows them'
+        )
 
     def __str__(self) -> str:
         return str(self.args[0])

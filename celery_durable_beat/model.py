@@ -88,6 +88,12 @@ class Action(str, Enum):
     STANDBY = "standby"
     STORE_UNAVAILABLE = "store_unavailable"
     ADVANCE_CONFLICT = "advance_conflict"
+    DUPLICATE_REFUSED = "duplicate_refused"
+    DEDUP_UNAVAILABLE = "dedup_unavailable"
+    RUN_TRACKING_UNAVAILABLE = "run_tracking_unavailable"
+    RUN_TRACKING_RESTORED = "run_tracking_restored"
+    OVERLAP_SKIPPED = "overlap_skipped"
+    OVERLAP_REPLACED = "overlap_replaced"
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,9 @@ class Settings(BaseModel):
     flower_url: str | None = None
     redact: tuple[str, ...] = DEFAULT_REDACT
     quarantine_after: int = Field(5, ge=1)
+    dedup_ttl: float = Field(86_400.0, gt=0)
+    run_ttl: float = Field(60.0, ge=1)
+    queued_ttl: float = Field(3_600.0, gt=0)
 
     @classmethod
     def from_conf(cls, conf: Any, environ: dict[str, str] | None = None) -> Settings:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery_durable_beat.dispatch import TickMessage
+from celery_durable_beat.exceptions import ConfigError, ConfigProblem
 from celery_durable_beat.lease.base import Lease
 from celery_durable_beat.model import Reason
 from celery_durable_beat.settings import Settings
@@ -15,19 +16,58 @@ from celery_durable_beat.store.base import DueSchedule, Store
 def make_store(settings: Settings) -> Store:
     from celery_durable_beat.store.sql import SqlStore
 
-    return SqlStore(settings.url)
+    return SqlStore(settings.url, stall_timeout_s=settings.lease_ttl)
 
 
 def make_lease(settings: Settings, store: Store) -> Lease:
-    """The Redis lease when ``durable_beat_lease_url`` is set, else the store's lease row."""
-    from celery_durable_beat.lease.base import SoleLease
+    """The Redis lease when ``durable_beat_lease_url`` is set, else the store's lease row.
 
-    return SoleLease(ttl_seconds=settings.lease_ttl)
+    Builds clients without connecting (Celery makes throwaway scheduler instances); a missing
+    driver or a URL Redis cannot parse is a configuration error beat refuses to start with.
+    """
+    if settings.lease_url:
+        return _redis_lease(settings.lease_url, settings.lease_ttl, store)
+    from celery_durable_beat.lease.sql import LeaseRows, StoreLease
+
+    if not isinstance(store, LeaseRows):
+        raise _lease_url_problem(
+            f"the store {type(store).__name__} has no lease row; set it to a redis:// URL"
+        )
+    return StoreLease(store, settings.lease_ttl)
+
+
+def _redis_lease(url: str, ttl: float, store: Store) -> Lease:
+    try:
+        from celery_durable_beat.lease.redis import RedisLease, shown_url
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        raise _lease_url_problem(
+            "a Redis lease needs the redis package: pip install 'celery_durable_beat[redis]'"
+        ) from None
+    try:
+        return RedisLease(url, ttl, epoch_floor=lambda: store.leader_info().epoch)
+    except ValueError as exc:
+        raise _lease_url_problem(
+            f"{shown_url(url)} is not a Redis URL ({exc}); use e.g. redis://host:6379/0"
+        ) from None
+
+
+def _lease_url_problem(text: str) -> ConfigError:
+    field = "durable_beat_lease_url"
+    return ConfigError([ConfigProblem("settings", field, f"{field}: {text}")])
 
 
 Gate = Callable[[DueSchedule, TickMessage], Reason | None]
 
 
 def make_gate(app: Any, settings: Settings, store: Store) -> Gate | None:
-    """The overlap gate of the round (SPEC §6); None while no schedule needs one."""
-    return None
+    """The overlap gate of the round (SPEC §6).
+
+    Always built (schedules can gain ``overlap`` at any time through the API); it costs nothing
+    for ``allow`` schedules, and its store engine and Redis client connect on first use only.
+    """
+    from celery_durable_beat.claims import RedisClaims, dedup_redis_url
+    from celery_durable_beat.overlap import OverlapGate
+    from celery_durable_beat.store.sql_runs import SqlRunStore
+
+    url = dedup_redis_url(app, settings)
+    return OverlapGate(app, settings, SqlRunStore(store.url), RedisClaims(url) if url else None)

@@ -14,8 +14,27 @@ Rules every backend keeps:
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
 from dataclasses import dataclass
 from typing import Protocol
+
+LEASE_SAFETY = 0.8
+"""Share of the TTL a leader trusts a renewal for, counted on its monotonic clock from *before*
+the renewal was sent: the backend sets the expiry after that instant, so the leader stops
+dispatching at least ``(1 - LEASE_SAFETY) * ttl`` before any standby can take over, which absorbs
+clock-rate differences between hosts and the time from the last check to the last write."""
+
+
+def default_holder() -> str:
+    """How a beat names itself to the others: ``hostname:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def new_token() -> str:
+    """A secret per lease object: only its owner can renew or release what it acquired."""
+    return uuid.uuid4().hex
 
 
 @dataclass(frozen=True)
@@ -26,6 +45,9 @@ class LeaseStatus:
     epoch: int
     holder: str | None
     expires_at_ms: int | None
+    remaining_ms: int | None = None
+    """How long the lease has left by the backend's clock when it answered (None: unknown). A
+    standby whose leader stopped renewing sleeps just that long, to try right after the expiry."""
 
 
 class Lease(Protocol):

@@ -18,8 +18,18 @@ from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, ScheduleS
 
 WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
 MONTHS = (
-    "January", "February", "March", "April", "May", "June",
-    "July", "August", "September", "October", "November", "December",
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
 )
 _DAY_NAMES = {name[:3].lower(): i for i, name in enumerate(WEEKDAYS)}
 _MONTH_NAMES = {name[:3].lower(): i + 1 for i, name in enumerate(MONTHS)}
@@ -107,8 +117,10 @@ def _parse(text: str, low: int, high: int, names: dict[str, int] | None = None) 
         if len(parts) == 1 and (step_text or "-" in body):
             ranged = body != "*" or step == 1
             return _Field(
-                tuple(sorted(values)), step=step if step_text else None,
-                start=first if ranged else None, end=last if ranged else None,
+                tuple(sorted(values)),
+                step=step if step_text else None,
+                start=first if ranged else None,
+                end=last if ranged else None,
             )
     return _Field(tuple(sorted(values)))
 
@@ -180,7 +192,9 @@ def _fixed_times(second: _Field, minute: _Field, hour: _Field) -> str | None:
     with_seconds = second.values != (0,)
     times = [
         f"{h:02d}:{m:02d}:{s:02d}" if with_seconds else f"{h:02d}:{m:02d}"
-        for h in hour.values for m in minute.values for s in second.values
+        for h in hour.values
+        for m in minute.values
+        for s in second.values
     ]
     return f"at {_join(times)}"
 

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from celery_durable_beat.exceptions import InvalidArgument, StoreUnavailable
 from celery_durable_beat.model import Definition, ScheduleState, Source
-from celery_durable_beat.store import sql_admin, sql_round, sql_schema
+from celery_durable_beat.store import sql_admin, sql_lease, sql_round, sql_schema
 from celery_durable_beat.store.base import (
     Advance,
     AuditEvent,
@@ -49,12 +49,15 @@ class SqlStore:
     start must surface as ``StoreUnavailable`` from the first call, where beat backs off.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, stall_timeout_s: float | None = None) -> None:
         self._url = normalize_url(url)
         self.url = self._url.render_as_string(hide_password=False)
         self.shown_url = self._url.render_as_string(hide_password=True)
         self._engine: Engine | None = None
         self._lock = threading.Lock()
+        # PostgreSQL ends a claim left idle this long: a leader frozen mid-round (SIGSTOP, a VM
+        # pause) must not keep its due rows locked from the next leader (see sql_lease).
+        self._stall_timeout_ms = None if stall_timeout_s is None else round(stall_timeout_s * 1000)
 
     def __repr__(self) -> str:
         return f"SqlStore({self.shown_url!r})"
@@ -70,6 +73,12 @@ class SqlStore:
         try:
             yield
         except _UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
+        except sa_exc.DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            # The server ended the session (e.g. psycopg reports an idle-in-transaction timeout
+            # as InternalError): the connection is gone, as in an outage.
             raise self._unavailable(exc) from exc
 
     def _get_engine(self) -> Engine:
@@ -121,6 +130,8 @@ class SqlStore:
         if limit < 1:
             raise InvalidArgument(f"claim_due needs a limit of at least 1; got {limit}")
         with self._tx() as conn:
+            if self._postgres and self._stall_timeout_ms is not None:
+                sql_lease.limit_idle(conn, self._stall_timeout_ms)
             due = sql_round.due(conn, now_ms, limit, lock=self._postgres)
             yield SqlClaim(conn, due, self._guard)
 
@@ -149,6 +160,17 @@ class SqlStore:
         if row is None:
             return LeaderInfo(holder=None, epoch=0, expires_at_ms=None)
         return LeaderInfo(holder=row.holder, epoch=row.epoch, expires_at_ms=row.expires_at_ms)
+
+    # -- the store lease (sql_lease; used by lease/sql.py) --------------------------------------
+    def lease_acquire_or_renew(
+        self, token: str, holder: str, ttl_ms: int, epoch: int | None = None
+    ) -> sql_lease.LeaseRow:
+        return self._write(
+            lambda conn: sql_lease.acquire_or_renew(conn, token, holder, ttl_ms, epoch)
+        )
+
+    def lease_release(self, token: str) -> bool:
+        return self._write(lambda conn: sql_lease.release(conn, token))
 
     # -- schema -------------------------------------------------------------------------------
     def ensure_schema(self) -> None:

@@ -39,7 +39,7 @@ def normalize_url(url: str) -> URL:
     """
     try:
         parsed = make_url(url)
-    except ArgumentError as exc:
+    except ArgumentError:
         raise InvalidArgument(  # the raw text may hold a password: never echo it
             "durable_beat_url is not a SQLAlchemy URL; write e.g. "
             "postgresql://user:password@host/db or sqlite:///path/to/file.sqlite3"

@@ -34,14 +34,13 @@ from celery_durable_beat.sync import sync_definitions
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 CLI_TIMEOUT_S = 60
-APP_MODULE = '''\
+APP_MODULE = """\
 from celery import Celery
 
 app = Celery("proj", broker={broker!r}, set_as_current=False)
 app.conf.update({conf!r})
-'''
-FAST = {"task": "proj.pulse", "schedule": "@every:100", "missed": "backfill",
-        "backfill_max": 1000}
+"""
+FAST = {"task": "proj.pulse", "schedule": "@every:100", "missed": "backfill", "backfill_max": 1000}
 
 
 @dataclass
@@ -57,7 +56,11 @@ class Project:
         env.pop("DURABLE_BEAT_URL", None)  # the app's durable_beat_url is the one under test
         return subprocess.run(
             [sys.executable, "-m", "celery", "-A", "proj", "durable-beat", *args],
-            cwd=self.folder, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S,
+            cwd=self.folder,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
             check=False,
         )
 
@@ -85,11 +88,20 @@ class Project:
         return [m.tick_ms for m in captured.messages]
 
 
-def write_project(folder: Path, url: str, broker: str = "memory://",
-                  beat_schedule: dict[str, Any] | None = None, **extra: Any) -> Celery:
-    conf = {"timezone": "Europe/Berlin", "durable_beat_url": url,
-            "beat_schedule": beat_schedule or {}, "broker_connection_retry_on_startup": False,
-            **extra}
+def write_project(
+    folder: Path,
+    url: str,
+    broker: str = "memory://",
+    beat_schedule: dict[str, Any] | None = None,
+    **extra: Any,
+) -> Celery:
+    conf = {
+        "timezone": "Europe/Berlin",
+        "durable_beat_url": url,
+        "beat_schedule": beat_schedule or {},
+        "broker_connection_retry_on_startup": False,
+        **extra,
+    }
     (folder / "proj.py").write_text(APP_MODULE.format(broker=broker, conf=conf))
     app = Celery("proj", broker=broker, set_as_current=False)
     app.conf.update(conf)
@@ -127,17 +139,27 @@ def test_list_shows_config_and_api_schedules_with_their_source(pg_project: Proje
     pg_project.beat().upsert("adhoc-report", {"task": "proj.report", "schedule": "@every 15m"})
     items = pg_project.ok_json("list")
     assert [(i["name"], i["source"], i["state"]) for i in items] == [
-        ("adhoc-report", "api", "active"), ("nightly-digest", "config", "active"),
+        ("adhoc-report", "api", "active"),
+        ("nightly-digest", "config", "active"),
     ]
     nightly = items[1]
     assert nightly["tz"] == "Europe/Berlin"
     assert nightly["schedule"] == "0 3 * * *"
     assert nightly["next_tick"][11:19] == "03:00:00"
-    assert nightly["next_tick"][19:] in (
-        "+01:00", "+02:00")
+    assert nightly["next_tick"][19:] in ("+01:00", "+02:00")
     text = pg_project.ok_text("list").splitlines()
-    assert text[0].split() == ["NAME", "STATE", "SOURCE", "VER", "SCHEDULE", "TZ", "NEXT", "TICK",
-                               "LAST", "TASK"]
+    assert text[0].split() == [
+        "NAME",
+        "STATE",
+        "SOURCE",
+        "VER",
+        "SCHEDULE",
+        "TZ",
+        "NEXT",
+        "TICK",
+        "LAST",
+        "TASK",
+    ]
     assert text[1].split()[:3] == ["adhoc-report", "active", "api"]
     assert text[2].split()[:3] == ["nightly-digest", "active", "config"]
     assert text[0].index("SOURCE") == text[1].index("api") == text[2].index("config")  # aligned
@@ -145,8 +167,9 @@ def test_list_shows_config_and_api_schedules_with_their_source(pg_project: Proje
 
 @pytest.fixture
 def sqlite_project(tmp_path: Path, sqlite_url: str) -> Iterator[Project]:
-    nyc = {"nyc-report": {"task": "proj.report", "schedule": "30 2 * * *",
-                          "tz": "America/New_York"}}
+    nyc = {
+        "nyc-report": {"task": "proj.report", "schedule": "30 2 * * *", "tz": "America/New_York"}
+    }
     yield from make_project(tmp_path, sqlite_url, beat_schedule=nyc)
 
 
@@ -157,7 +180,9 @@ def test_show_across_spring_forward(sqlite_project: Project) -> None:
     shown = project.ok_json("show", "nyc-report", *after)
     assert shown["description"] == "at 02:30 every day (America/New_York)"
     assert shown["next"] == [
-        "2026-03-07T02:30:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-09T02:30:00-04:00",
+        "2026-03-07T02:30:00-05:00",
+        "2026-03-08T03:00:00-04:00",
+        "2026-03-09T02:30:00-04:00",
     ]
     assert shown["source"] == "config"
     assert shown["tz"] == "America/New_York"
@@ -166,8 +191,11 @@ def test_show_across_spring_forward(sqlite_project: Project) -> None:
     assert "2026-03-08T03:00:00-04:00  nyc-report@2026-03-08T07:00:00Z" in text
     ticks = project.ok_json("next", "nyc-report", *after)
     assert [t["tick"] for t in ticks] == shown["next"]
-    assert ticks[1] == {"tick_ms": 1772953200000, "tick": "2026-03-08T03:00:00-04:00",
-                        "task_id": "nyc-report@2026-03-08T07:00:00Z"}
+    assert ticks[1] == {
+        "tick_ms": 1772953200000,
+        "tick": "2026-03-08T03:00:00-04:00",
+        "task_id": "nyc-report@2026-03-08T07:00:00Z",
+    }
 
 
 # -- pause, resume ----------------------------------------------------------------------------
@@ -201,13 +229,20 @@ def redis_project(tmp_path: Path, pg_url: str, redis_url: str, queue: str) -> It
     yield from make_project(tmp_path, pg_url, broker=redis_url, task_default_queue=queue)
 
 
-def test_trigger_with_the_same_key_runs_once(redis_project: Project, redis_url: str,
-                                             queue: str) -> None:
+def test_trigger_with_the_same_key_runs_once(
+    redis_project: Project, redis_url: str, queue: str
+) -> None:
     import redis
 
     beat = redis_project.beat()
-    beat.upsert("digest", {"task": "proj.digest", "schedule": "0 3 * * *",
-                           "kwargs": {"day": "{{scheduled_for}}", "full": False}})
+    beat.upsert(
+        "digest",
+        {
+            "task": "proj.digest",
+            "schedule": "0 3 * * *",
+            "kwargs": {"day": "{{scheduled_for}}", "full": False},
+        },
+    )
     next_before = beat.get("digest").view.next_tick_ms
     key = ("--idempotency-key", "deploy-42", "--kwargs", '{"full": true}')
     first = redis_project.ok_json("trigger", "digest", *key)
@@ -255,8 +290,9 @@ def test_history_pages_are_disjoint_newest_first(pg_project: Project) -> None:
     every = [e.to_json() for e in pg_project.beat().history("pulse", limit=100).events]
     assert len(every) >= 25
     first = pg_project.ok_json("history", "pulse", "--limit", "10")
-    second = pg_project.ok_json("history", "pulse", "--limit", "10", "--cursor",
-                                first["next_cursor"])
+    second = pg_project.ok_json(
+        "history", "pulse", "--limit", "10", "--cursor", first["next_cursor"]
+    )
     assert first["events"] == every[:10]
     assert second["events"] == every[10:20]
     ticks = [e["tick_ms"] for e in first["events"] + second["events"]]
@@ -275,7 +311,9 @@ def test_history_pages_are_disjoint_newest_first(pg_project: Project) -> None:
 def test_status_and_migrate(pg_project: Project) -> None:
     pg_project.sync_config()
     assert pg_project.ok_json("status") == {
-        "leader": None, "epoch": 1, "lease_expires_at": None,
+        "leader": None,
+        "epoch": 1,
+        "lease_expires_at": None,
         "counts": {"active": 1, "paused": 0, "archived": 0, "quarantined": 0},
         "due_backlog": 0,
     }

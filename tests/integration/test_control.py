@@ -36,23 +36,49 @@ from celery_durable_beat.sync import sync_definitions
 pytestmark = pytest.mark.integration
 
 SPEC_LIST_FIELDS = {
-    "name", "task", "schedule", "tz", "missed", "backfill_max", "overlap", "jitter", "state",
-    "version", "source", "next_tick", "next_tick_ms", "last_tick_ms", "last_outcome",
+    "name",
+    "task",
+    "schedule",
+    "tz",
+    "missed",
+    "backfill_max",
+    "overlap",
+    "jitter",
+    "state",
+    "version",
+    "source",
+    "next_tick",
+    "next_tick_ms",
+    "last_tick_ms",
+    "last_outcome",
 }
 SPEC_EVENT_FIELDS = {
-    "schedule", "tick_ms", "task_id", "trigger", "outcome", "reason", "lag_ms", "version",
-    "recorded_at", "run_state",
+    "schedule",
+    "tick_ms",
+    "task_id",
+    "trigger",
+    "outcome",
+    "reason",
+    "lag_ms",
+    "version",
+    "recorded_at",
+    "run_state",
 }
-FAST = {"task": "proj.pulse", "schedule": "@every:100", "missed": "backfill",
-        "backfill_max": 1000}
-PULSE = {"task": "proj.pulse", "schedule": "@every 1s", "missed": "backfill",
-         "backfill_max": 1000, "kwargs": {"at": "{{scheduled_for}}", "n": 1}}
+FAST = {"task": "proj.pulse", "schedule": "@every:100", "missed": "backfill", "backfill_max": 1000}
+PULSE = {
+    "task": "proj.pulse",
+    "schedule": "@every 1s",
+    "missed": "backfill",
+    "backfill_max": 1000,
+    "kwargs": {"at": "{{scheduled_for}}", "n": 1},
+}
 
 
 def make_app(url: str, beat_schedule: dict[str, Any] | None = None) -> Celery:
     app = Celery("proj", broker="memory://", set_as_current=False)
-    app.conf.update(timezone="Europe/Berlin", durable_beat_url=url,
-                    beat_schedule=beat_schedule or {})
+    app.conf.update(
+        timezone="Europe/Berlin", durable_beat_url=url, beat_schedule=beat_schedule or {}
+    )
     return app
 
 
@@ -114,8 +140,9 @@ def test_upsert_reports_the_config_validators_messages(beat: DurableBeat, store_
     assert 'tz "Bogota" is not an IANA zone; use e.g. "America/Bogota"' in str(from_api.value)
 
 
-def test_upsert_of_a_config_schedule_is_refused(beat: DurableBeat, store: SqlStore,
-                                                store_url: str) -> None:
+def test_upsert_of_a_config_schedule_is_refused(
+    beat: DurableBeat, store: SqlStore, store_url: str
+) -> None:
     app = make_app(store_url, {"nightly": {"task": "proj.digest", "schedule": "0 3 * * *"}})
     sync_definitions(store, definitions_from_app(app, Settings.from_conf(app.conf)), store.now_ms())
     with pytest.raises(ScheduleConflict, match="comes from beat_schedule"):
@@ -196,16 +223,18 @@ def test_delete_keeps_history(beat: DurableBeat, store: SqlStore) -> None:
         beat.delete("pulse")
 
 
-@pytest.mark.parametrize("verb", ["get", "pause", "resume", "archive", "next_ticks", "history",
-                                  "trigger"])
+@pytest.mark.parametrize(
+    "verb", ["get", "pause", "resume", "archive", "next_ticks", "history", "trigger"]
+)
 def test_unknown_names_raise_a_lookup_error_naming_them(beat: DurableBeat, verb: str) -> None:
     with pytest.raises(LookupError, match='"no-such-thing"'):
         getattr(beat, verb)("no-such-thing")
 
 
 # -- trigger ----------------------------------------------------------------------------------
-def test_trigger_same_key_runs_once(beat: DurableBeat, store: SqlStore,
-                                    publisher: CapturingPublisher) -> None:
+def test_trigger_same_key_runs_once(
+    beat: DurableBeat, store: SqlStore, publisher: CapturingPublisher
+) -> None:
     beat.upsert("pulse", PULSE)
     next_before = beat.get("pulse").view.next_tick_ms
     first = beat.trigger("pulse", idempotency_key="deploy-42")
@@ -319,8 +348,9 @@ def test_next_ticks_across_spring_forward(beat: DurableBeat) -> None:
     assert beat.next_ticks("nyc", 1, after=after)[0].task_id == "nyc@2026-03-07T07:30:00Z"
 
 
-def test_next_ticks_start_with_a_tick_that_is_already_due(beat: DurableBeat,
-                                                          store: SqlStore) -> None:
+def test_next_ticks_start_with_a_tick_that_is_already_due(
+    beat: DurableBeat, store: SqlStore
+) -> None:
     """A tick beat has not fired yet (beat down, say) is what fires next: it is listed first."""
     hour = 3_600_000
     beat.upsert("pulse", {**PULSE, "schedule": "@every 1h"})
@@ -361,7 +391,9 @@ def test_status(beat: DurableBeat, store: SqlStore) -> None:
     beat.pause("other")
     status = beat.status()
     assert status.to_json() == {
-        "leader": None, "epoch": 1, "lease_expires_at": None,
+        "leader": None,
+        "epoch": 1,
+        "lease_expires_at": None,
         "counts": {"active": 1, "paused": 1, "archived": 0, "quarantined": 0},
         "due_backlog": 0,
     }

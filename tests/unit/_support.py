@@ -29,8 +29,14 @@ TRANSITIONS_MS = {
     "lord-howe-spring": datetime_to_ms(datetime(2026, 10, 3, 15, 30, tzinfo=UTC)),
 }
 
-_RANGES = {"second": (0, 59), "minute": (0, 59), "hour": (0, 23), "dom": (1, 31),
-           "month": (1, 12), "dow": (0, 6)}
+_RANGES = {
+    "second": (0, 59),
+    "minute": (0, 59),
+    "hour": (0, 23),
+    "dom": (1, 31),
+    "month": (1, 12),
+    "dow": (0, 6),
+}
 
 
 def ms(iso: str) -> int:
@@ -90,9 +96,10 @@ def oracle_ticks(fields: Sequence[str], tz: str, after_ms: int, until_ms: int) -
             local = datetime.fromtimestamp(t, zone)
             before = datetime.fromtimestamp(t - step, zone)
             wall = local.replace(tzinfo=None)
-            repeated = wall.replace(tzinfo=zone, fold=0).utcoffset() != wall.replace(
-                tzinfo=zone, fold=1
-            ).utcoffset()
+            repeated = (
+                wall.replace(tzinfo=zone, fold=0).utcoffset()
+                != wall.replace(tzinfo=zone, fold=1).utcoffset()
+            )
             if matches(wall) and not (fixed and repeated and local.fold == 1):
                 found.add(t * 1000)
             jump = local.utcoffset() - before.utcoffset()  # type: ignore[operator]

@@ -30,8 +30,14 @@ def test_table_aligns_columns_and_marks_empty_cells() -> None:
 
 @pytest.mark.parametrize(
     ("ms", "text"),
-    [(None, "-"), (0, "0ms"), (999, "999ms"), (1234, "1.2s"), (245_000, "4m05s"),
-     (12_000_000, "3h20m")],
+    [
+        (None, "-"),
+        (0, "0ms"),
+        (999, "999ms"),
+        (1234, "1.2s"),
+        (245_000, "4m05s"),
+        (12_000_000, "3h20m"),
+    ],
 )
 def test_durations(ms: int | None, text: str) -> None:
     assert duration_ms(ms) == text
@@ -45,12 +51,16 @@ def test_cursor_round_trip_is_opaque(event_id: int) -> None:
 
 
 def test_errors_become_one_line_with_their_exit_code() -> None:
-    problems = [ConfigProblem("a", "tz", 'tz "x" is not an IANA zone'),
-                ConfigProblem("a", "task", "task is missing")]
+    problems = [
+        ConfigProblem("a", "tz", 'tz "x" is not an IANA zone'),
+        ConfigProblem("a", "task", "task is missing"),
+    ]
     config = one_line(ConfigError(problems))
     assert "\n" not in config.message
-    assert config.message == ('2 invalid schedule settings: schedule "a": tz "x" is not an '
-                              'IANA zone; schedule "a": task is missing')
+    assert config.message == (
+        '2 invalid schedule settings: schedule "a": tz "x" is not an '
+        'IANA zone; schedule "a": task is missing'
+    )
     assert config.exit_code == EXIT_CODES["invalid input"]
     assert one_line(ScheduleNotFound("x")).exit_code == EXIT_CODES["schedule not found"]
     assert one_line(InvalidArgument("bad")).exit_code == EXIT_CODES["invalid input"]

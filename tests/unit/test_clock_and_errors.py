@@ -92,15 +92,17 @@ def test_exception_tree(error: type[Exception], parents: tuple[type[Exception], 
 
 
 def test_every_error_derives_from_the_root() -> None:
-    errors = [v for v in vars(exceptions).values()
-              if isinstance(v, type) and issubclass(v, Exception)]
+    errors = [
+        v for v in vars(exceptions).values() if isinstance(v, type) and issubclass(v, Exception)
+    ]
     assert all(issubclass(e, DurableBeatError) for e in errors)
 
 
 def test_config_error_lists_every_problem() -> None:
     problems = [
-        ConfigProblem("nightly", "tz",
-                      'tz "Bogota" is not an IANA zone; use e.g. "America/Bogota"'),
+        ConfigProblem(
+            "nightly", "tz", 'tz "Bogota" is not an IANA zone; use e.g. "America/Bogota"'
+        ),
         ConfigProblem("hourly", "missed", 'missed "never" is not one of skip, run_once, backfill'),
     ]
     error = ConfigError(problems)
@@ -114,8 +116,10 @@ def test_config_error_lists_every_problem() -> None:
 
 def test_config_error_of_one_problem_is_singular() -> None:
     error = ConfigError([ConfigProblem("a", "task", "task is missing")])
-    assert str(error).splitlines() == ["1 invalid schedule setting",
-                                       '  - schedule "a": task is missing']
+    assert str(error).splitlines() == [
+        "1 invalid schedule setting",
+        '  - schedule "a": task is missing',
+    ]
 
 
 def test_schedule_not_found_is_a_lookup_error_with_its_own_message() -> None:

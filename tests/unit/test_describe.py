@@ -26,11 +26,13 @@ CRON_CASES = [
     ("* * * * * *", "UTC", "every second (UTC)"),
     ("5 * * * * *", "UTC", "every minute at second 5 (UTC)"),
     (
-        "0 9-17 * * 1-5", "Europe/Berlin",
+        "0 9-17 * * 1-5",
+        "Europe/Berlin",
         "every hour at :00 from 09:00 to 17:00 on Monday to Friday (Europe/Berlin)",
     ),
     (
-        "*/15 9-17 * * mon-fri", "UTC",
+        "*/15 9-17 * * mon-fri",
+        "UTC",
         "every 15 minutes from 09:00 to 17:45 on Monday to Friday (UTC)",
     ),
     ("0 0-23/6 * * *", "UTC", "every hour at :00 during hours 0, 6, 12 and 18 (UTC)"),
@@ -44,7 +46,8 @@ CRON_CASES = [
     ("@yearly", "UTC", "at 00:00 on January 1 (UTC)"),
     ("0 0 * jan-mar *", "UTC", "at 00:00 in January to March (UTC)"),
     (
-        "0 0 1 1,4,7,10 *", "UTC",
+        "0 0 1 1,4,7,10 *",
+        "UTC",
         "at 00:00 on day 1 of the month in January, April, July and October (UTC)",
     ),
     # classic cron: a restricted day of month and weekday combine with "or"

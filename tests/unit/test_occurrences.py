@@ -48,9 +48,9 @@ def _numeric_field(low: int, high: int) -> st.SearchStrategy[str]:
         st.lists(value, min_size=2, max_size=4, unique=True).map(
             lambda vs: ",".join(map(str, sorted(vs)))
         ),
-        st.tuples(value, value, step).filter(lambda t: t[0] != t[1]).map(
-            lambda t: f"{min(t[:2])}-{max(t[:2])}" + (f"/{t[2]}" if t[2] > 1 else "")
-        ),
+        st.tuples(value, value, step)
+        .filter(lambda t: t[0] != t[1])
+        .map(lambda t: f"{min(t[:2])}-{max(t[:2])}" + (f"/{t[2]}" if t[2] > 1 else "")),
     )
 
 
@@ -95,8 +95,12 @@ def test_next_tick_strictly_increases(spec: ScheduleSpec, start: int) -> None:
 
 
 @PROPERTY
-@given(spec=specs, start=around_transitions, span=st.integers(0, 8 * HOUR_MS),
-       limit=st.integers(0, MAX_ENUMERATION))
+@given(
+    spec=specs,
+    start=around_transitions,
+    span=st.integers(0, 8 * HOUR_MS),
+    limit=st.integers(0, MAX_ENUMERATION),
+)
 def test_ticks_between_is_bounded_and_ordered(
     spec: ScheduleSpec, start: int, span: int, limit: int
 ) -> None:
@@ -107,8 +111,9 @@ def test_ticks_between_is_bounded_and_ordered(
 
 
 @PROPERTY
-@given(spec=specs, start=around_transitions, span=st.integers(0, 4 * HOUR_MS),
-       limit=st.integers(0, 60))
+@given(
+    spec=specs, start=around_transitions, span=st.integers(0, 4 * HOUR_MS), limit=st.integers(0, 60)
+)
 def test_ticks_between_is_repeated_next_tick(
     spec: ScheduleSpec, start: int, span: int, limit: int
 ) -> None:
@@ -122,8 +127,12 @@ def test_ticks_between_is_repeated_next_tick(
 
 
 @settings(max_examples=40, deadline=None, database=None)
-@given(fields=cron_fields(seconds=False), tz=st.sampled_from(ZONES), start=around_transitions,
-       span=st.integers(0, 5 * HOUR_MS))
+@given(
+    fields=cron_fields(seconds=False),
+    tz=st.sampled_from(ZONES),
+    start=around_transitions,
+    span=st.integers(0, 5 * HOUR_MS),
+)
 def test_minute_crons_match_the_oracle(
     fields: tuple[str, ...], tz: str, start: int, span: int
 ) -> None:
@@ -132,9 +141,13 @@ def test_minute_crons_match_the_oracle(
 
 
 @settings(max_examples=25, deadline=None, database=None)
-@given(fields=cron_fields(seconds=True), tz=st.sampled_from(ZONES),
-       at=st.sampled_from(sorted(TRANSITIONS_MS.values())),
-       offset=st.integers(-1_200_000, 1_200_000), span=st.integers(0, 1_200_000))
+@given(
+    fields=cron_fields(seconds=True),
+    tz=st.sampled_from(ZONES),
+    at=st.sampled_from(sorted(TRANSITIONS_MS.values())),
+    offset=st.integers(-1_200_000, 1_200_000),
+    span=st.integers(0, 1_200_000),
+)
 def test_second_crons_match_the_oracle(
     fields: tuple[str, ...], tz: str, at: int, offset: int, span: int
 ) -> None:
@@ -154,8 +167,11 @@ def test_intervals_are_epoch_aligned(every: int, start: int) -> None:
 
 
 @PROPERTY
-@given(every=st.integers(1, 100_000), start=st.integers(-(10**9), 10**9),
-       span=st.integers(-1000, 2_000_000))
+@given(
+    every=st.integers(1, 100_000),
+    start=st.integers(-(10**9), 10**9),
+    span=st.integers(-1000, 2_000_000),
+)
 def test_count_ticks_equals_enumeration(every: int, start: int, span: int) -> None:
     spec = IntervalSpec(every)
     count = count_ticks(spec, start, start + span)
@@ -193,9 +209,7 @@ def test_ticks_between_refuses_unbounded_limits(spec: ScheduleSpec, limit: int) 
         ticks_between(spec, 0, 10**9, limit)
 
 
-@pytest.mark.parametrize(
-    "expr", ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 6,9,11 *", "0 0 0 30 2 *"]
-)
+@pytest.mark.parametrize("expr", ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 6,9,11 *", "0 0 0 30 2 *"])
 def test_impossible_cron_raises_quickly(expr: str) -> None:
     spec = parse_schedule(expr, "Europe/Berlin").spec
     started = time.perf_counter()

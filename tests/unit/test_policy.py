@@ -54,11 +54,16 @@ def check_accounting(result: Plan, due: Sequence[int], now: int) -> None:
 
 crons = st.builds(
     CronSpec,
-    st.sampled_from([
-        ("*/5", "*", "*", "*", "*"), ("0", "*", "*", "*", "*"), ("30", "2", "*", "*", "*"),
-        ("*/20", "*", "*", "*", "*", "*"), ("0,15,40", "1-3", "*", "*", "*"),
-        ("*/15", "*", "*", "*", "1-5"),
-    ]),
+    st.sampled_from(
+        [
+            ("*/5", "*", "*", "*", "*"),
+            ("0", "*", "*", "*", "*"),
+            ("30", "2", "*", "*", "*"),
+            ("*/20", "*", "*", "*", "*", "*"),
+            ("0,15,40", "1-3", "*", "*", "*"),
+            ("*/15", "*", "*", "*", "1-5"),
+        ]
+    ),
     st.sampled_from(ZONES),
 )
 small_intervals = st.sampled_from([1000, 7_000, 60_000, 90_000, 3_600_000]).map(IntervalSpec)
@@ -70,10 +75,14 @@ def small_windows(draw: st.DrawFn) -> tuple[ScheduleSpec, int, int]:
     spec = draw(st.one_of(crons, small_intervals))
     around = draw(st.sampled_from(sorted(TRANSITIONS_MS.values())))
     first = next_tick(spec, around + draw(st.integers(-6 * HOUR, 6 * HOUR)))
-    span = draw(st.one_of(
-        st.integers(-HOUR, 0), st.integers(0, HOUR), st.integers(HOUR, 12 * HOUR),
-        st.integers(12 * HOUR, 4 * DAY),
-    ))
+    span = draw(
+        st.one_of(
+            st.integers(-HOUR, 0),
+            st.integers(0, HOUR),
+            st.integers(HOUR, 12 * HOUR),
+            st.integers(12 * HOUR, 4 * DAY),
+        )
+    )
     return spec, first, first + span
 
 
@@ -102,11 +111,20 @@ def test_plan_accounts_for_every_due_tick(
 
 
 @PROPERTY
-@given(every=st.integers(1, 10 * MINUTE), first_slot=st.integers(-(10**6), 10**6),
-       due_count=st.integers(1, 5 * MAX_ENUMERATION), extra=st.integers(0, 10 * MINUTE),
-       missed=policies, backfill_max=st.integers(1, MAX_ENUMERATION))
+@given(
+    every=st.integers(1, 10 * MINUTE),
+    first_slot=st.integers(-(10**6), 10**6),
+    due_count=st.integers(1, 5 * MAX_ENUMERATION),
+    extra=st.integers(0, 10 * MINUTE),
+    missed=policies,
+    backfill_max=st.integers(1, MAX_ENUMERATION),
+)
 def test_interval_plans_count_by_arithmetic(
-    every: int, first_slot: int, due_count: int, extra: int, missed: MissedPolicy,
+    every: int,
+    first_slot: int,
+    due_count: int,
+    extra: int,
+    missed: MissedPolicy,
     backfill_max: int,
 ) -> None:
     """Both paths, under and over the enumeration bound, checked against plain arithmetic."""
@@ -144,8 +162,9 @@ def test_spec_table() -> None:
         (BACKFILL, 3): ((due[3], due[4], due[5]), Dropped(Reason.MISSED, 3, due[0], due[2])),
     }
     for (missed, backfill_max), (fire, dropped) in table.items():
-        assert plan(spec, due[0], now, missed, backfill_max) == Plan(fire, T0 + 6 * MINUTE,
-                                                                     (dropped,))
+        assert plan(spec, due[0], now, missed, backfill_max) == Plan(
+            fire, T0 + 6 * MINUTE, (dropped,)
+        )
     assert plan(spec, due[0], now, BACKFILL, 10) == Plan(tuple(due), T0 + 6 * MINUTE)
 
 
@@ -203,8 +222,12 @@ def test_lateness_is_measured_from_the_jittered_dispatch_instant() -> None:
 
 
 @PROPERTY
-@given(window=small_windows(), missed=policies, backfill_max=st.integers(1, 20),
-       lateness=st.integers(0, 3 * HOUR))
+@given(
+    window=small_windows(),
+    missed=policies,
+    backfill_max=st.integers(1, 20),
+    lateness=st.integers(0, 3 * HOUR),
+)
 def test_lateness_never_loses_a_tick(
     window: tuple[ScheduleSpec, int, int], missed: MissedPolicy, backfill_max: int, lateness: int
 ) -> None:
@@ -256,9 +279,7 @@ def test_cron_down_for_five_days(
         assert result.fire == (T0,)
     else:
         assert result.fire == tuple(T0 + 5 * DAY - i * MINUTE for i in reversed(range(fired)))
-    assert result.dropped == (
-        Dropped(Reason.MISSED, FIVE_DAYS_OF_MINUTES - fired, *dropped_range),
-    )
+    assert result.dropped == (Dropped(Reason.MISSED, FIVE_DAYS_OF_MINUTES - fired, *dropped_range),)
 
 
 def test_cron_overflow_across_a_fold() -> None:
@@ -299,10 +320,13 @@ def test_interval_overflow_of_a_long_outage(missed: MissedPolicy) -> None:
 def test_latest_ticks_of_an_interval() -> None:
     spec = IntervalSpec(MINUTE)
     assert latest_ticks(spec, T0, T0 + 10 * MINUTE + 5, 3) == [
-        T0 + 8 * MINUTE, T0 + 9 * MINUTE, T0 + 10 * MINUTE,
+        T0 + 8 * MINUTE,
+        T0 + 9 * MINUTE,
+        T0 + 10 * MINUTE,
     ]
     assert latest_ticks(spec, T0 + 9 * MINUTE - 1, T0 + 10 * MINUTE, 5) == [
-        T0 + 9 * MINUTE, T0 + 10 * MINUTE,
+        T0 + 9 * MINUTE,
+        T0 + 10 * MINUTE,
     ]
 
 

@@ -56,10 +56,14 @@ def cron(text: str, tz: str = "UTC") -> CronSpec:
         ("@yearly", ParsedSchedule(cron("0 0 1 1 *", "Europe/Berlin"))),
         ("@annually", ParsedSchedule(cron("0 0 1 1 *", "Europe/Berlin"))),
         ("@DAILY", ParsedSchedule(cron("0 0 * * *", "Europe/Berlin"))),
-        ("CRON_TZ=America/New_York 30 2 * * *",
-         ParsedSchedule(cron("30 2 * * *", "America/New_York"), "America/New_York")),
-        ("CRON_TZ=Asia/Kathmandu @hourly",
-         ParsedSchedule(cron("0 * * * *", "Asia/Kathmandu"), "Asia/Kathmandu")),
+        (
+            "CRON_TZ=America/New_York 30 2 * * *",
+            ParsedSchedule(cron("30 2 * * *", "America/New_York"), "America/New_York"),
+        ),
+        (
+            "CRON_TZ=Asia/Kathmandu @hourly",
+            ParsedSchedule(cron("0 * * * *", "Asia/Kathmandu"), "Asia/Kathmandu"),
+        ),
         ("@every:1500", ParsedSchedule(IntervalSpec(1500))),
         ("@every 30s", ParsedSchedule(IntervalSpec(30_000))),
         ("@every 5m", ParsedSchedule(IntervalSpec(300_000))),
@@ -181,9 +185,7 @@ def problems_of(
     return [(p.entry, p.field, p.problem) for p in caught.value.problems]
 
 
-def only_problem(
-    entry: dict[str, Any], defaults: EntryDefaults = UTC_DEFAULTS
-) -> tuple[str, str]:
+def only_problem(entry: dict[str, Any], defaults: EntryDefaults = UTC_DEFAULTS) -> tuple[str, str]:
     [(name, field, problem)] = problems_of({"job": entry}, defaults)
     assert name == "job"
     return field, problem
@@ -192,7 +194,9 @@ def only_problem(
 def test_a_minimal_entry_gets_the_defaults() -> None:
     [definition] = validate_entries({"nightly": {"task": "t", "schedule": "0 3 * * *"}}, BERLIN)
     assert definition == Definition(
-        name="nightly", task="t", spec=cron("0 3 * * *", "Europe/Berlin"),
+        name="nightly",
+        task="t",
+        spec=cron("0 3 * * *", "Europe/Berlin"),
         missed=MissedPolicy.BACKFILL,
     )
     assert definition.tz == "Europe/Berlin"
@@ -200,17 +204,34 @@ def test_a_minimal_entry_gets_the_defaults() -> None:
 
 def test_every_key_is_read() -> None:
     entry = {
-        "task": "proj.tasks.digest", "schedule": "30 2 * * *", "args": [1, "{{scheduled_for}}"],
-        "kwargs": {"at": "{{scheduled_for_ms}}"}, "options": {"queue": "low"},
-        "tz": "America/New_York", "missed": "run_once", "backfill_max": 1000,
-        "max_lateness": timedelta(minutes=5), "overlap": "replace", "jitter": 3,
-        "enabled": False, "description": "the digest", "relative": False,
+        "task": "proj.tasks.digest",
+        "schedule": "30 2 * * *",
+        "args": [1, "{{scheduled_for}}"],
+        "kwargs": {"at": "{{scheduled_for_ms}}"},
+        "options": {"queue": "low"},
+        "tz": "America/New_York",
+        "missed": "run_once",
+        "backfill_max": 1000,
+        "max_lateness": timedelta(minutes=5),
+        "overlap": "replace",
+        "jitter": 3,
+        "enabled": False,
+        "description": "the digest",
+        "relative": False,
     }
     assert validate_entry("digest", entry) == Definition(
-        name="digest", task="proj.tasks.digest", spec=cron("30 2 * * *", "America/New_York"),
-        args=(1, "{{scheduled_for}}"), kwargs={"at": "{{scheduled_for_ms}}"},
-        options={"queue": "low"}, missed=MissedPolicy.RUN_ONCE, backfill_max=1000,
-        max_lateness=300.0, overlap=OverlapPolicy.REPLACE, jitter=3.0, enabled=False,
+        name="digest",
+        task="proj.tasks.digest",
+        spec=cron("30 2 * * *", "America/New_York"),
+        args=(1, "{{scheduled_for}}"),
+        kwargs={"at": "{{scheduled_for_ms}}"},
+        options={"queue": "low"},
+        missed=MissedPolicy.RUN_ONCE,
+        backfill_max=1000,
+        max_lateness=300.0,
+        overlap=OverlapPolicy.REPLACE,
+        jitter=3.0,
+        enabled=False,
         description="the digest",
     )
 
@@ -223,8 +244,11 @@ def test_every_key_is_read() -> None:
         ({"tz": "Europe/Berln"}, "tz", 'use e.g. "Europe/Berlin"'),
         ({"tz": 5}, "tz", "tz 5 is not an IANA zone name"),
         ({"schedule": "CRON_TZ=Berlin 0 3 * * *"}, "schedule", 'use e.g. "Europe/Berlin"'),
-        ({"schedule": "CRON_TZ=Europe/Berlin 0 3 * * *", "tz": "Europe/Paris"}, "tz",
-         'tz "Europe/Paris" conflicts with CRON_TZ=Europe/Berlin; keep only one of them'),
+        (
+            {"schedule": "CRON_TZ=Europe/Berlin 0 3 * * *", "tz": "Europe/Paris"},
+            "tz",
+            'tz "Europe/Paris" conflicts with CRON_TZ=Europe/Berlin; keep only one of them',
+        ),
         ({"schedule": "@every 30s", "tz": "UTC"}, "tz", "an interval is aligned to the Unix epoch"),
         ({"schedule": 30, "tz": "Europe/Berlin"}, "tz", "takes no tz"),
         ({"schedule": "0 0 30 2 *"}, "schedule", '"0 0 30 2 *" never fires'),
@@ -353,9 +377,15 @@ def test_long_names_are_refused() -> None:
 
 
 def test_valid_config_returns_definitions_in_order() -> None:
-    names = [d.name for d in validate_entries({
-        "b": {"task": "t", "schedule": 30}, "a": {"task": "t", "schedule": "@daily"},
-    })]
+    names = [
+        d.name
+        for d in validate_entries(
+            {
+                "b": {"task": "t", "schedule": 30},
+                "a": {"task": "t", "schedule": "@daily"},
+            }
+        )
+    ]
     assert names == ["b", "a"]
     assert validate_entries({}) == []
 
@@ -366,12 +396,14 @@ def test_valid_config_returns_definitions_in_order() -> None:
         ("Europe/Berlin", None),
         ("UTC", None),
         ("Bogota", 'tz "Bogota" is not an IANA zone; use e.g. "America/Bogota"'),
-        ("america/new_york", 'tz "america/new_york" is not an IANA zone; use e.g. '
-                             '"America/New_York"'),
+        (
+            "america/new_york",
+            'tz "america/new_york" is not an IANA zone; use e.g. "America/New_York"',
+        ),
         ("lord howe", 'tz "lord howe" is not an IANA zone; use e.g. "Australia/Lord_Howe"'),
         ("../etc/passwd", 'tz "../etc/passwd" is not an IANA zone; use e.g. "Europe/Berlin"'),
         ("", "tz '' is not an IANA zone name; use e.g. \"Europe/Berlin\""),
-        (None, "tz None is not an IANA zone name; use e.g. \"Europe/Berlin\""),
+        (None, 'tz None is not an IANA zone name; use e.g. "Europe/Berlin"'),
     ],
 )
 def test_zone_problem(name: object, expected: str | None) -> None:
@@ -383,10 +415,19 @@ def test_zone_problem(name: object, expected: str | None) -> None:
 
 def full_definition() -> Definition:
     return Definition(
-        name="nightly-digest", task="proj.tasks.digest", spec=cron("0 3 * * *", "Europe/Berlin"),
-        args=(1, "x"), kwargs={"b": 2, "a": [1, 2]}, options={"queue": "q"},
-        missed=MissedPolicy.BACKFILL, backfill_max=5, max_lateness=600.0,
-        overlap=OverlapPolicy.SKIP, jitter=2.5, enabled=False, description="d",
+        name="nightly-digest",
+        task="proj.tasks.digest",
+        spec=cron("0 3 * * *", "Europe/Berlin"),
+        args=(1, "x"),
+        kwargs={"b": 2, "a": [1, 2]},
+        options={"queue": "q"},
+        missed=MissedPolicy.BACKFILL,
+        backfill_max=5,
+        max_lateness=600.0,
+        overlap=OverlapPolicy.SKIP,
+        jitter=2.5,
+        enabled=False,
+        description="d",
     )
 
 
@@ -434,11 +475,19 @@ def test_definition_hash_ignores_order_and_name_but_not_content() -> None:
     reordered = Definition(**{**base.__dict__, "kwargs": {"a": [1, 2], "b": 2}, "name": "other"})
     assert reordered.definition_hash() == base.definition_hash()
     changes: list[dict[str, Any]] = [
-        {"task": "t2"}, {"spec": cron("0 4 * * *", "Europe/Berlin")},
-        {"spec": cron("0 3 * * *", "Europe/Paris")}, {"args": (2, "x")}, {"kwargs": {}},
-        {"options": {}}, {"missed": MissedPolicy.SKIP}, {"backfill_max": 6},
-        {"max_lateness": None}, {"overlap": OverlapPolicy.ALLOW}, {"jitter": 0.0},
-        {"enabled": True}, {"description": None},
+        {"task": "t2"},
+        {"spec": cron("0 4 * * *", "Europe/Berlin")},
+        {"spec": cron("0 3 * * *", "Europe/Paris")},
+        {"args": (2, "x")},
+        {"kwargs": {}},
+        {"options": {}},
+        {"missed": MissedPolicy.SKIP},
+        {"backfill_max": 6},
+        {"max_lateness": None},
+        {"overlap": OverlapPolicy.ALLOW},
+        {"jitter": 0.0},
+        {"enabled": True},
+        {"description": None},
     ]
     hashes = {Definition(**{**base.__dict__, **change}).definition_hash() for change in changes}
     assert len(hashes) == len(changes)

@@ -1,0 +1,192 @@
+"""Where the dedup guard keeps its claims: Redis when one is configured, else the store.
+
+A claim says which delivery of a tick holds it and in what state. In Redis it is one string key
+per task id, ``durable_beat:run:<task id>`` = ``<state>|<attempt>|<owner>``, changed only by the
+Lua scripts below so every check-and-set is atomic; the key's expiry is the claim's: ``run_ttl``
+while running (pushed on by heartbeats), ``dedup_ttl`` once finished. In the store the claim is
+the tick's row of the runs table (``SqlRunStore.claim``), so run tracking and dedup are one write.
+
+Which one: ``durable_beat_lease_url`` when it is ``redis://``/``rediss://``, else the broker URL
+when it is, else the store. The beat's overlap gate resolves it the same way, so a tick the gate
+revokes before it started is refused by whichever worker receives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from celery_durable_beat.settings import Settings
+from celery_durable_beat.store.base import FINAL_RUN_STATES, RunKey, RunState, WriteIf
+
+KEY_PREFIX = "durable_beat:run:"
+COUNTERS_KEY = "durable_beat:counters"
+REDIS_TIMEOUT_S = 2.0
+"""Socket timeouts of the guard's Redis client: a task must not hang on a dead Redis."""
+
+_REDIS_SCHEMES = ("redis://", "rediss://")
+
+# KEYS[1] claim key; ARGV owner, attempt, ttl_ms. Nil when claimed, else the stored value.
+_CLAIM = """
+local v = redis.call('GET', KEYS[1])
+if v then
+  local state, attempt = string.match(v, '^([^|]*)|([^|]*)|')
+  if not (state == 'retried' and tonumber(ARGV[2]) >= (tonumber(attempt) or 0)) then
+    return v
+  end
+end
+redis.call('SET', KEYS[1], 'started|' .. ARGV[2] .. '|' .. ARGV[1], 'PX', ARGV[3])
+return false
+"""
+
+# KEYS[1] claim key; ARGV owner, new value, ttl_ms, mode. 1 when written.
+_SETTLE = """
+local v = redis.call('GET', KEYS[1])
+local mode = ARGV[4]
+local ok = false
+if mode == 'always' then
+  ok = true
+elseif mode == 'owner' then
+  ok = (not v) or string.match(v, '^[^|]*|[^|]*|(.*)$') == ARGV[1]
+elseif mode == 'unfinished' then
+  local state = v and string.match(v, '^([^|]*)|')
+  ok = v and state ~= 'succeeded' and state ~= 'failed' and state ~= 'revoked'
+elseif mode == 'revoke' then
+  ok = (not v) or string.match(v, '^([^|]*)|') == 'retried'
+end
+if ok then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+"""
+
+# KEYS claim keys; ARGV[1] ttl_ms, then one owner per key. How many were pushed on.
+_HEARTBEAT = """
+local n = 0
+for i, key in ipairs(KEYS) do
+  local v = redis.call('GET', key)
+  if v and string.sub(v, 1, 8) == 'started|'
+     and string.match(v, '^[^|]*|[^|]*|(.*)$') == ARGV[i + 1] then
+    n = n + redis.call('PEXPIRE', key, ARGV[1])
+  end
+end
+return n
+"""
+
+# KEYS[1] claim key; ARGV owner. Drops the claim if this owner still holds it.
+_RELEASE = """
+local v = redis.call('GET', KEYS[1])
+if v and string.match(v, '^[^|]*|[^|]*|(.*)$') == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+def first_url(value: Any) -> str | None:
+    """The first URL of a Celery URL setting (a string, a ``;``-separated list or a list)."""
+    if isinstance(value, (list, tuple)):
+        value = value[0] if value else None
+    if not isinstance(value, str) or not value.strip():
+        return None
+    return value.split(";")[0].strip()
+
+
+def dedup_redis_url(app: Any, settings: Settings) -> str | None:
+    """The Redis that holds claims, or None for the store (see the module docstring)."""
+    broker = first_url(app.conf.get("broker_write_url")) or first_url(app.conf.get("broker_url"))
+    for url in (first_url(settings.lease_url), broker):
+        if url and url.startswith(_REDIS_SCHEMES):
+            return url
+    return None
+
+
+def claim_value(state: RunState, attempt: int, owner: str) -> str:
+    return f"{state.value}|{attempt}|{owner.replace('|', '/')}"
+
+
+def parse_state(value: bytes | str | None) -> RunState:
+    """The state part of a stored claim value."""
+    if value is None:
+        return RunState.UNKNOWN
+    text = value.decode() if isinstance(value, bytes) else value
+    try:
+        return RunState(text.split("|", 1)[0])
+    except ValueError:
+        return RunState.UNKNOWN
+
+
+class RedisClaims:
+    """Claims as Redis keys (module docstring). Building one never connects."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self.url = url
+        self.client: Any = redis.Redis.from_url(
+            url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
+        )
+        self.errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        self._claim = self.client.register_script(_CLAIM)
+        self._settle = self.client.register_script(_SETTLE)
+        self._heartbeat = self.client.register_script(_HEARTBEAT)
+        self._release = self.client.register_script(_RELEASE)
+
+    @staticmethod
+    def key(task_id: str) -> str:
+        return KEY_PREFIX + task_id
+
+    def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
+        held = claim_value(RunState.STARTED, attempt, owner).split("|", 2)[2]
+        found = self._claim(keys=[self.key(key.task_id)], args=[held, attempt, max(1, ttl_ms)])
+        return None if found is None else parse_state(found)
+
+    def settle(
+        self,
+        task_id: str,
+        state: RunState,
+        owner: str,
+        attempt: int,
+        keep_ms: int,
+        write_if: WriteIf | str,
+    ) -> bool:
+        mode = str(write_if.value if isinstance(write_if, WriteIf) else write_if)
+        value = claim_value(state, attempt, owner)
+        held = value.split("|", 2)[2]
+        args: list[str | int] = [held, value, max(1, keep_ms), mode]
+        return bool(self._settle(keys=[self.key(task_id)], args=args))
+
+    def mark_revoked(self, task_id: str, owner: str, keep_ms: int) -> bool:
+        """``revoked`` for a tick not started yet (absent or waiting for a retry)."""
+        return self.settle(task_id, RunState.REVOKED, owner, 0, keep_ms, "revoke")
+
+    def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> int:
+        if not held:
+            return 0
+        keys = [self.key(task_id) for task_id, _owner in held]
+        args: list[str | int] = [max(1, ttl_ms)]
+        args += [claim_value(RunState.STARTED, 0, owner).split("|", 2)[2] for _t, owner in held]
+        return int(self._heartbeat(keys=keys, args=args))
+
+    def release(self, task_id: str, owner: str) -> None:
+        held = claim_value(RunState.STARTED, 0, owner).split("|", 2)[2]
+        self._release(keys=[self.key(task_id)], args=[held])
+
+    def state(self, task_id: str) -> RunState | None:
+        value = self.client.get(self.key(task_id))
+        return None if value is None else parse_state(value)
+
+    def count(self, name: str) -> None:
+        self.client.hincrby(COUNTERS_KEY, name, 1)
+
+    def counters(self) -> dict[str, int]:
+        raw = self.client.hgetall(COUNTERS_KEY)
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    def close(self) -> None:
+        self.client.close()
+
+
+def is_final(state: RunState | None) -> bool:
+    return state in FINAL_RUN_STATES

@@ -1,0 +1,59 @@
+"""Fault injection for crash tests: the process kills itself (SIGKILL) at a named point.
+
+Off unless the environment variable ``DURABLE_BEAT_FAULT`` is set when this module is first
+imported; then ``point(name)`` is one dictionary lookup. The value is a comma-separated list of
+``<point>:<when>``, where ``<when>`` is either an integer N (die at the N-th time the point is
+reached) or a probability in (0, 1) (die each time with that chance), e.g.::
+
+    DURABLE_BEAT_FAULT=after_publish:3
+    DURABLE_BEAT_FAULT=mid_batch:0.2,after_audit:0.1
+
+Points the dispatch round reaches (``dispatch.py``), in round order:
+
+- ``mid_batch``: after each schedule's publishes, before the rest of the batch (some of the
+  round's publishes may already be confirmed by the broker, none is audited);
+- ``after_publish``: every publish of the round confirmed by the broker, before the audit write;
+- ``after_audit``: the audit records committed, before the schedules advance.
+
+Before dying the process writes one line ``durable-beat fault injected at <point>`` to stderr,
+so a test can tell an injected crash from any other.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+
+ENV = "DURABLE_BEAT_FAULT"
+POINTS = frozenset({"mid_batch", "after_publish", "after_audit"})
+
+
+def parse(value: str) -> dict[str, float]:
+    """``{point: when}``; ``when`` >= 1 is a count, below 1 a probability. Raises ValueError."""
+    plan: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        name, sep, when = part.partition(":")
+        number = float(when) if sep else 1.0
+        if name not in POINTS or number <= 0 or (number >= 1 and not number.is_integer()):
+            raise ValueError(
+                f"{ENV}: {part!r} is not <point>:<count or probability>; "
+                f"points are {', '.join(sorted(POINTS))}"
+            )
+        plan[name] = number
+    return plan
+
+
+_PLAN: dict[str, float] | None = parse(os.environ[ENV]) if os.environ.get(ENV) else None
+_HITS: dict[str, int] = {}
+
+
+def point(name: str) -> None:
+    """Die here if the fault plan says so; a no-op when ``DURABLE_BEAT_FAULT`` is unset."""
+    if _PLAN is None or name not in _PLAN:
+        return
+    when = _PLAN[name]
+    _HITS[name] = hits = _HITS.get(name, 0) + 1
+    if (when >= 1 and hits == int(when)) or (when < 1 and random.random() < when):  # noqa: S311
+        os.write(2, f"durable-beat fault injected at {name}\n".encode())
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,128 @@
+"""The overlap gate of the round (SPEC §6): ``skip`` and ``replace`` against the previous tick.
+
+The dispatcher calls the gate before each publish. ``allow`` schedules (the default) return at
+once, with no query. For the others the gate looks at the schedule's previous automatic tick —
+the newest ``enqueued`` one before this tick, with its run state (one indexed query) — or at a
+tick it let through earlier in this same round (backfill fires several ticks in one round, and
+their audit records are written only at the round's end).
+
+The previous tick is **unfinished** unless its run state is ``succeeded``, ``failed`` or
+``revoked``, and it is **lost** (treated as finished) when there has been no news of it for too
+long: a run that started and stopped heartbeating for ``durable_beat_run_ttl`` (its worker died),
+or a tick still queued, never started, ``durable_beat_queued_ttl`` after it was enqueued. So a
+previous tick never blocks forever.
+
+- ``skip``: an unfinished previous tick → this one is not published (audit ``skipped``, reason
+  ``overlap``).
+- ``replace``: an unfinished previous tick is revoked — ``revoked`` recorded for it if it has not
+  started (so any worker refuses it later, even one that missed the broadcast), and
+  ``app.control.revoke(task_id, terminate=True)`` for a run in progress (pools that can terminate:
+  prefork, eventlet, gevent) — then this tick is published.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery_durable_beat.claims import RedisClaims
+from celery_durable_beat.dispatch import TickMessage
+from celery_durable_beat.model import Action, OverlapPolicy, Reason, Trigger
+from celery_durable_beat.settings import Settings
+from celery_durable_beat.store.base import (
+    FINAL_RUN_STATES,
+    DueSchedule,
+    PreviousTick,
+    RunKey,
+    RunStore,
+)
+
+log = logging.getLogger("celery_durable_beat.overlap")
+
+REVOKER = "beat"
+"""The owner recorded on a run the gate revoked before it started."""
+
+
+def unfinished(prev: PreviousTick, queued_ttl_ms: int) -> bool:
+    """Whether the previous tick still blocks: not finished and not lost (module docstring)."""
+    if prev.state in FINAL_RUN_STATES:
+        return False
+    if prev.state is None:
+        return prev.now_ms <= prev.enqueued_at_ms + queued_ttl_ms
+    return prev.expires_at_ms is not None and prev.now_ms <= prev.expires_at_ms
+
+
+class OverlapGate:
+    """``gate(due, message) -> Reason | None`` for ``Dispatcher``.
+
+    Ticks let through are remembered only for the ``DueSchedule`` object of the current round:
+    the dispatcher hands every tick of one schedule over consecutively with the same object.
+    """
+
+    def __init__(
+        self, app: Any, settings: Settings, runs: RunStore, redis: RedisClaims | None = None
+    ) -> None:
+        self.app = app
+        self.runs = runs
+        self.redis = redis
+        self.queued_ttl_ms = round(settings.queued_ttl * 1000)
+        self.keep_ms = round(settings.dedup_ttl * 1000)
+        self._due: DueSchedule | None = None
+        self._let_through: tuple[str, int] | None = None
+
+    def __call__(self, due: DueSchedule, message: TickMessage) -> Reason | None:
+        policy = due.definition.overlap
+        if policy is OverlapPolicy.ALLOW:
+            return None
+        if due is not self._due:
+            self._due, self._let_through = due, None
+        previous = self._previous(due, message)
+        if previous is not None and policy is OverlapPolicy.SKIP:
+            log.debug(
+                "%s not enqueued: %s has not finished",
+                message.task_id,
+                previous[0],
+                extra={
+                    "action": Action.OVERLAP_SKIPPED.value,
+                    "schedule": due.name,
+                    "task_id": message.task_id,
+                },
+            )
+            return Reason.OVERLAP
+        if previous is not None:
+            self._revoke(due, *previous)
+            log.info(
+                "%s replaces %s, which had not finished",
+                message.task_id,
+                previous[0],
+                extra={
+                    "action": Action.OVERLAP_REPLACED.value,
+                    "schedule": due.name,
+                    "task_id": message.task_id,
+                    "replaced": previous[0],
+                },
+            )
+        self._let_through = (message.task_id, message.tick_ms)
+        return None
+
+    def _previous(self, due: DueSchedule, message: TickMessage) -> tuple[str, int] | None:
+        """(task id, tick) of the unfinished previous tick, or None."""
+        if self._let_through is not None and self._let_through[1] < message.tick_ms:
+            return self._let_through  # published moments ago in this round
+        prev = self.runs.previous_tick(due.name, message.tick_ms)
+        if prev is None or not unfinished(prev, self.queued_ttl_ms):
+            return None
+        return prev.task_id, prev.tick_ms
+
+    def _revoke(self, due: DueSchedule, task_id: str, tick_ms: int) -> None:
+        key = RunKey(task_id, due.name, tick_ms, Trigger.AUTO.value)
+        self.runs.mark_revoked(key, REVOKER, self.keep_ms)
+        if self.redis is not None:
+            try:
+                self.redis.mark_revoked(task_id, REVOKER, self.keep_ms)
+            except self.redis.errors as exc:
+                log.warning("could not mark %s revoked in Redis (%s)", task_id, type(exc).__name__)
+        try:
+            self.app.control.revoke(task_id, terminate=True)
+        except Exception as exc:  # the broker may be down; the publish will tell
+            log.warning("revoke of %s not broadcast (%s)", task_id, type(exc).__name__)

@@ -1,0 +1,163 @@
+"""The store lease: the single fence row as an expiring leader lease (SPEC §7).
+
+``durable_beat_fence`` holds the newest fencing epoch and, while a beat leads through the store,
+who (``holder``, ``hostname:pid``), its private ``token`` and ``expires_at_ms``. Each call is one
+short transaction of compare-and-set statements, judged by the database's clock inside the
+statement, never by the host's:
+
+- renew:   ``SET expires_at_ms = now + ttl WHERE token = :mine AND epoch = :acquired AND
+  expires_at_ms > now``
+- acquire: ``SET epoch = epoch + 1, holder, token, expires_at_ms = now + ttl
+  WHERE holder IS NULL OR token IS NULL OR expires_at_ms IS NULL OR expires_at_ms <= now``
+- release: ``SET holder, token, expires_at_ms = NULL WHERE token = :mine`` (the epoch stays)
+
+Two standbys acquiring at once cannot both win: PostgreSQL re-evaluates the WHERE of the second
+UPDATE against the row version the first committed, and SQLite's ``BEGIN IMMEDIATE`` serialises
+writers. A lease that expired counts as free even for its former holder, so taking it back is a new
+acquisition with a new epoch, as with the Redis lease whose key simply vanishes. A renewal also
+requires the epoch the holder acquired: if anything registered a newer one meanwhile (a beat on a
+Redis lease against the same store: a misconfiguration), the holder must not adopt it and write
+beside that beat under the same epoch; it stops renewing and acquires afresh once its lease lapses.
+
+"now" is PostgreSQL's transaction timestamp (taken when the transaction starts, so never later
+than the statement: a conservative reading for both the holder and a standby), and on SQLite the
+host clock, which is the only clock every process sharing the file can see.
+
+On PostgreSQL each lease transaction also bounds how long it may wait for the row lock and how
+long it may sit idle holding it: a holder frozen mid-transaction (SIGSTOP, a long GC pause) would
+otherwise keep the row locked, and no standby could ever take over.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import BigInteger, extract, func, literal, or_, select, update
+from sqlalchemy.engine import Connection
+
+from celery_durable_beat.store import sql_schema
+from celery_durable_beat.store.sql_round import HOST_CLOCK
+from celery_durable_beat.store.tables import FENCE_ID, fence
+
+PG_TX_NOW = func.floor(extract("epoch", func.now()) * 1000).cast(BigInteger)
+"""PostgreSQL's transaction timestamp in epoch ms: one value for every statement of the call."""
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """The fence row after one acquire-or-renew: who holds the lease, at which epoch, until when.
+
+    ``leader`` says whether the caller's token holds it; ``acquired`` whether this call took it
+    (a new epoch) rather than renewing it; ``remaining_ms`` how long it has left by the
+    database's clock.
+    """
+
+    leader: bool
+    acquired: bool
+    epoch: int
+    holder: str | None
+    expires_at_ms: int | None
+    remaining_ms: int | None
+
+
+def _now(conn: Connection) -> Any:
+    if conn.dialect.name == "postgresql":
+        return PG_TX_NOW
+    return literal(HOST_CLOCK.now_ms(), BigInteger())
+
+
+def _bound_waits(conn: Connection, ttl_ms: int) -> None:
+    """PostgreSQL: neither wait for nor hold the row lock longer than a third of the TTL."""
+    if conn.dialect.name != "postgresql":
+        return
+    limit = str(max(100, ttl_ms // 3))
+    conn.execute(
+        select(
+            func.set_config("lock_timeout", limit, True),
+            func.set_config("idle_in_transaction_session_timeout", limit, True),
+        )
+    )
+
+
+def limit_idle(conn: Connection, idle_ms: int) -> None:
+    """PostgreSQL: end this transaction's session if it sits idle longer than ``idle_ms``.
+
+    For the round's claim, whose ``FOR UPDATE`` locks would otherwise outlive a frozen leader;
+    the claim is idle while the round publishes, which a live leader stops doing well within
+    its lease (``LEASE_SAFETY``), so a TTL-long limit never ends a healthy round.
+    """
+    conn.execute(
+        select(func.set_config("idle_in_transaction_session_timeout", str(max(100, idle_ms)), True))
+    )
+
+
+def _returned(row: Any, *, leader: bool, acquired: bool) -> LeaseRow:
+    expires = None if row.expires_at_ms is None else int(row.expires_at_ms)
+    return LeaseRow(
+        leader=leader,
+        acquired=acquired,
+        epoch=int(row.epoch),
+        holder=row.holder,
+        expires_at_ms=expires,
+        remaining_ms=None if expires is None else max(0, expires - int(row.now)),
+    )
+
+
+_ROW = (fence.c.epoch, fence.c.holder, fence.c.expires_at_ms)
+
+
+def acquire_or_renew(
+    conn: Connection, token: str, holder: str, ttl_ms: int, epoch: int | None = None
+) -> LeaseRow:
+    """Renew if ``token`` holds the lease (at ``epoch``, when the caller knows which it acquired),
+    else take it if free or expired, else say who leads."""
+    _bound_waits(conn, ttl_ms)
+    now = _now(conn)
+    returning = (*_ROW, now.label("now"))
+    mine = [fence.c.id == FENCE_ID, fence.c.token == token, fence.c.expires_at_ms > now]
+    if epoch is not None:
+        mine.append(fence.c.epoch == epoch)
+    renewed = conn.execute(
+        update(fence)
+        .where(*mine)
+        .values(holder=holder, expires_at_ms=now + ttl_ms)
+        .returning(*returning)
+    ).first()
+    if renewed is not None:
+        return _returned(renewed, leader=True, acquired=False)
+    acquire = (
+        update(fence)
+        .where(
+            fence.c.id == FENCE_ID,
+            or_(
+                fence.c.holder.is_(None),
+                fence.c.token.is_(None),
+                fence.c.expires_at_ms.is_(None),
+                fence.c.expires_at_ms <= now,
+            ),
+        )
+        .values(epoch=fence.c.epoch + 1, holder=holder, token=token, expires_at_ms=now + ttl_ms)
+        .returning(*returning)
+    )
+    acquired = conn.execute(acquire).first()
+    if acquired is not None:
+        return _returned(acquired, leader=True, acquired=True)
+    current = conn.execute(select(*returning).where(fence.c.id == FENCE_ID)).first()
+    if current is None:
+        # A missing row (hand-made schema) must not make leadership impossible: seed and retry.
+        sql_schema.seed_fence(conn)
+        acquired = conn.execute(acquire).first()
+        assert acquired is not None, "the fence row was just seeded"
+        return _returned(acquired, leader=True, acquired=True)
+    return _returned(current, leader=False, acquired=False)
+
+
+def release(conn: Connection, token: str) -> bool:
+    """Give the lease up if ``token`` holds it (the epoch stays); True if it was held."""
+    released = conn.execute(
+        update(fence)
+        .where(fence.c.id == FENCE_ID, fence.c.token == token)
+        .values(holder=None, token=None, expires_at_ms=None)
+    )
+    return bool(released.rowcount)

@@ -1,0 +1,283 @@
+"""``SqlRunStore``: run tracking and the store-backed dedup claim (``RunStore`` in ``base.py``).
+
+One row per tick task id in ``durable_beat_runs``. Every statement is a single ``INSERT … ON
+CONFLICT … DO UPDATE … WHERE`` or a keyed ``UPDATE``, so a claim is atomic on both backends:
+PostgreSQL serialises conflicting inserts on the primary key (the loser re-checks the ``WHERE``
+against the winner's committed row), SQLite takes the write lock up front (``BEGIN IMMEDIATE``).
+
+Times come from the store's clock, as for the round: the heartbeat of a worker on a host with a
+skewed clock still expires when the store says so. ``hostname`` holds the run's owner
+(``<worker node>:<pid>:<token>``), which conditional writes compare.
+
+Built on its own lazily created engine so that building one never connects: the worker makes
+one per process (after the prefork fork), the beat's overlap gate one on first use.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import and_, bindparam, exists, literal, or_, select, update
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql.elements import ColumnElement
+
+from celery_durable_beat.exceptions import StoreUnavailable
+from celery_durable_beat.model import Trigger
+from celery_durable_beat.store.base import (
+    FINAL_RUN_STATES,
+    PreviousTick,
+    RunKey,
+    RunRecord,
+    RunState,
+    RunWrite,
+    WriteIf,
+)
+from celery_durable_beat.store.sql_engine import BEGIN_OPTION, build_engine, normalize_url
+from celery_durable_beat.store.sql_round import HOST_CLOCK, PG_NOW
+from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs
+
+if TYPE_CHECKING:
+    from celery_durable_beat.store.base import RunStore
+
+T = TypeVar("T")
+
+OWNER_LENGTH = 255
+"""Width of the ``hostname`` column that holds the owner."""
+
+_UNFINISHED = tuple(s.value for s in RunState if s not in FINAL_RUN_STATES)
+_UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
+
+
+def _schedule_key(name: str) -> str:
+    """Runs are keyed by the lower-cased name, like audit records (``sql_admin.name_key``)."""
+    return name.lower()[:NAME_LENGTH]
+
+
+class SqlRunStore:
+    """The runs table on a SQLAlchemy URL (``postgresql://…`` or ``sqlite:///…``)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = normalize_url(url)
+        self.shown_url = self._url.render_as_string(hide_password=True)
+        self._engine: Engine | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"SqlRunStore({self.shown_url!r})"
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def _get_engine(self) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                self._engine = build_engine(self._url)
+            return self._engine
+
+    @property
+    def _postgres(self) -> bool:
+        return self._url.get_backend_name() == "postgresql"
+
+    def _now(self) -> ColumnElement[Any]:
+        """The store's clock as an SQL expression (a bound host-clock value on SQLite)."""
+        if self._postgres:
+            return PG_NOW
+        return literal(HOST_CLOCK.now_ms())
+
+    @contextmanager
+    def _tx(self, *, write: bool = True) -> Iterator[Connection]:
+        try:
+            with self._get_engine().connect() as conn:
+                if not write:
+                    conn.execution_options(**{BEGIN_OPTION: "read"})
+                with conn.begin():
+                    yield conn
+        except _UNAVAILABLE as exc:
+            cause = getattr(exc, "orig", None) or exc
+            first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+            raise StoreUnavailable(
+                f"the durable beat store at {self.shown_url} failed: {first}"
+            ) from exc
+
+    def _write(self, change: Callable[[Connection], T]) -> T:
+        with self._tx() as conn:
+            return change(conn)
+
+    def _insert(self) -> Any:
+        return (postgresql.insert if self._postgres else sqlite.insert)(runs)
+
+    def close(self) -> None:
+        with self._lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.dispose()
+
+    # -- the worker side ----------------------------------------------------------------------
+    def _row(self, key: RunKey, state: RunState, owner: str, keep_ms: int) -> Any:
+        now = self._now()
+        return self._insert().values(
+            task_id=key.task_id,
+            schedule_key=_schedule_key(key.schedule),
+            tick_ms=key.tick_ms,
+            trigger=key.trigger,
+            state=state.value,
+            hostname=owner[:OWNER_LENGTH],
+            updated_at_ms=now,
+            expires_at_ms=now + keep_ms,
+        )
+
+    @staticmethod
+    def _replace(stmt: Any, where: ColumnElement[bool] | None) -> Any:
+        excluded = stmt.excluded
+        return stmt.on_conflict_do_update(
+            index_elements=[runs.c.task_id],
+            set_={
+                "state": excluded.state,
+                "hostname": excluded.hostname,
+                "updated_at_ms": excluded.updated_at_ms,
+                "expires_at_ms": excluded.expires_at_ms,
+            },
+            where=where,
+        )
+
+    def claim(self, key: RunKey, owner: str, retries: int, ttl_ms: int) -> RunState | None:
+        stmt = self._row(key, RunState.STARTED, owner, ttl_ms)
+        takeover: ColumnElement[bool] = runs.c.expires_at_ms < stmt.excluded.updated_at_ms
+        if retries > 0:
+            takeover = or_(takeover, runs.c.state == RunState.RETRIED.value)
+        stmt = self._replace(stmt, takeover).returning(runs.c.task_id)
+
+        def change(conn: Connection) -> RunState | None:
+            if conn.execute(stmt).first() is not None:
+                return None
+            found = conn.execute(select(runs.c.state).where(runs.c.task_id == key.task_id)).scalar()
+            return _state(found)
+
+        return self._write(change)
+
+    def write(self, writes: Sequence[RunWrite]) -> None:
+        if not writes:
+            return
+
+        def change(conn: Connection) -> None:
+            for item in writes:
+                conn.execute(self._write_statement(item))
+
+        self._write(change)
+
+    def _write_statement(self, item: RunWrite) -> Any:
+        if item.write_if is WriteIf.UNFINISHED:
+            now = self._now()
+            return (
+                update(runs)
+                .where(runs.c.task_id == item.key.task_id, runs.c.state.in_(_UNFINISHED))
+                .values(state=item.state.value, updated_at_ms=now, expires_at_ms=now + item.keep_ms)
+            )
+        stmt = self._row(item.key, item.state, item.owner, item.keep_ms)
+        where = None
+        if item.write_if is WriteIf.OWNER:
+            where = runs.c.hostname == stmt.excluded.hostname
+        return self._replace(stmt, where)
+
+    def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
+        if not held:
+            return
+        now = self._now()
+        stmt = (
+            update(runs)
+            .where(
+                runs.c.task_id == bindparam("tid"),
+                runs.c.hostname == bindparam("owner"),
+                runs.c.state == RunState.STARTED.value,
+            )
+            .values(updated_at_ms=now, expires_at_ms=now + ttl_ms)
+        )
+        params = [{"tid": task_id, "owner": owner[:OWNER_LENGTH]} for task_id, owner in held]
+        self._write(lambda conn: conn.execute(stmt, params))
+
+    # -- the beat side (overlap gate) -----------------------------------------------------------
+    def mark_revoked(self, key: RunKey, owner: str, keep_ms: int) -> bool:
+        stmt = self._row(key, RunState.REVOKED, owner, keep_ms)
+        where = or_(
+            runs.c.state == RunState.RETRIED.value,
+            runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
+        )
+        stmt = self._replace(stmt, where).returning(runs.c.task_id)
+        return bool(self._write(lambda conn: conn.execute(stmt).first() is not None))
+
+    def get_run(self, task_id: str) -> RunRecord | None:
+        with self._tx(write=False) as conn:
+            row = conn.execute(select(runs).where(runs.c.task_id == task_id)).first()
+        if row is None:
+            return None
+        return RunRecord(
+            task_id=row.task_id,
+            schedule_key=row.schedule_key,
+            tick_ms=row.tick_ms,
+            trigger=row.trigger,
+            state=_state(row.state),
+            owner=row.hostname,
+            updated_at_ms=row.updated_at_ms,
+            expires_at_ms=row.expires_at_ms,
+        )
+
+    def previous_tick(self, schedule: str, before_tick_ms: int) -> PreviousTick | None:
+        """Walks the (schedule_key, id) index backwards to the first matching record."""
+        query = (
+            select(
+                audit.c.task_id,
+                audit.c.tick_ms,
+                audit.c.recorded_at_ms,
+                runs.c.state,
+                runs.c.expires_at_ms,
+                self._now().label("now_ms"),
+            )
+            .select_from(audit.outerjoin(runs, runs.c.task_id == audit.c.task_id))
+            .where(
+                audit.c.schedule_key == _schedule_key(schedule),
+                ENQUEUED,
+                audit.c.trigger == Trigger.AUTO.value,
+                audit.c.tick_ms < before_tick_ms,
+            )
+            .order_by(audit.c.id.desc())
+            .limit(1)
+        )
+        with self._tx(write=False) as conn:
+            row = conn.execute(query).first()
+        if row is None or row.task_id is None:
+            return None
+        return PreviousTick(
+            task_id=row.task_id,
+            tick_ms=row.tick_ms,
+            enqueued_at_ms=row.recorded_at_ms,
+            state=None if row.state is None else _state(row.state),
+            expires_at_ms=row.expires_at_ms,
+            now_ms=int(row.now_ms),
+        )
+
+    def prune_runs(self, limit: int) -> int:
+        recorded = exists(select(audit.c.id).where(audit.c.task_id == runs.c.task_id, ENQUEUED))
+        doomed = (
+            select(runs.c.task_id)
+            .where(and_(runs.c.expires_at_ms < self._now(), ~recorded))
+            .limit(limit)
+        )
+        stmt = runs.delete().where(runs.c.task_id.in_(doomed))
+        return int(self._write(lambda conn: conn.execute(stmt).rowcount))
+
+
+def _state(value: str | None) -> RunState:
+    try:
+        return RunState(value)
+    except ValueError:
+        return RunState.UNKNOWN
+
+
+if TYPE_CHECKING:
+
+    def _conforms(store: SqlRunStore) -> RunStore:
+        """mypy proves here that SqlRunStore keeps the whole RunStore protocol."""
+        return store

@@ -1,0 +1,397 @@
+"""The worker side (SPEC §6): ``install(app)``, ``periodic_origin``, the dedup guard, run tracking.
+
+``install(app)`` makes every task of the app check, before it runs, whether its delivery is a
+tick (the ``periodic_*`` headers beat sets, SPEC §4) and, if it is, claim that tick
+(``worker_guard.GuardRuntime.enter``). A duplicate delivery raises ``celery.exceptions.Ignore``
+from ``before_start``: Celery then acknowledges the message and runs nothing (raising from a
+``task_prerun`` handler would not work: signal errors are logged and swallowed).
+
+How every task gets that ``before_start``, whatever its base class and pool:
+
+- ``app.Task`` becomes a subclass of itself with the guard, so tasks created after ``install``
+  (the usual ``@app.task`` in the app module) carry it;
+- at ``worker_init``, before the pool starts (so prefork children inherit it), any registered
+  task whose class does not put the guard first (``base=`` a class of the user's own, or a
+  subclass overriding ``before_start``) is moved to a subclass of its class that does. Celery's
+  own ``celery.*`` tasks are left alone.
+
+The guard's ``retry`` records ``retried`` before the retry message is published, so that message
+(same task id, ``retries`` + 1) may claim the tick however soon it arrives. The run's end comes
+from ``task_postrun`` (its state); ``task_revoked`` and hard time limits come from the worker's
+main process.
+
+A task without the headers costs one attribute lookup: no store, no Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+import weakref
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from celery import signals
+from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
+
+from celery_durable_beat.clock import ms_to_datetime
+from celery_durable_beat.model import Action, Trigger
+from celery_durable_beat.publish import HEADER_SCHEDULE, HEADER_TICK_MS, HEADER_TRIGGER
+from celery_durable_beat.settings import Settings
+from celery_durable_beat.store.base import RunKey, RunState, WriteIf
+from celery_durable_beat.store.sql_runs import SqlRunStore
+from celery_durable_beat.worker_guard import GuardRuntime, Held, Refused
+
+log = logging.getLogger("celery_durable_beat.worker")
+
+_INSTALLED = "_durable_beat_worker"
+_HELD = "durable_beat_held"
+_RETRIED = "durable_beat_retried"
+_GUARD_MARK = "_durable_beat_guard"
+_TICK_ID = re.compile(
+    r"^[a-z0-9._-]+@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z|manual-[0-9a-f]{32})$"
+)
+"""The shape of tick task ids (``ids.py``): main-process events of other ids cost nothing."""
+
+
+@dataclass(frozen=True)
+class PeriodicOrigin:
+    """Where a task message came from, when beat sent it (SPEC §4)."""
+
+    schedule: str
+    tick_ms: int
+    trigger: Trigger
+
+    @property
+    def tick(self) -> datetime:
+        """The tick instant, an aware UTC datetime."""
+        return ms_to_datetime(self.tick_ms)
+
+
+def _header(request: Any, name: str) -> Any:
+    if isinstance(request, Mapping):
+        value = request.get(name)
+        headers = request.get("headers")
+    else:
+        value = getattr(request, name, None)
+        headers = getattr(request, "headers", None)
+    if value is None and isinstance(headers, Mapping):
+        value = headers.get(name)
+    return value
+
+
+def periodic_origin(request: Any) -> PeriodicOrigin | None:
+    """The tick a task request belongs to, or None for an ordinary task.
+
+    Pass ``self.request`` of a bound task (a mapping of the same fields works too).
+    """
+    if request is None:
+        return None
+    schedule = _header(request, HEADER_SCHEDULE)
+    tick_ms = _header(request, HEADER_TICK_MS)
+    if not isinstance(schedule, str) or not schedule:
+        return None
+    if isinstance(tick_ms, str) and tick_ms.isdigit():
+        tick_ms = int(tick_ms)
+    if not isinstance(tick_ms, int) or isinstance(tick_ms, bool):
+        return None
+    try:
+        trigger = Trigger(_header(request, HEADER_TRIGGER) or Trigger.AUTO.value)
+    except ValueError:
+        return None
+    return PeriodicOrigin(schedule=schedule, tick_ms=tick_ms, trigger=trigger)
+
+
+class _Installation:
+    """What ``install`` attached to one app: settings and one runtime per process."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._runtimes: dict[int, GuardRuntime] = {}
+        self._lock = threading.Lock()
+        self._settings: Settings | None = None
+
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = Settings.from_conf(self.app.conf)
+        return self._settings
+
+    def runtime(self) -> GuardRuntime:
+        # Keyed by pid: a prefork child builds its own (its parent's connections are not its own;
+        # the parent's runtime stays referenced, so it is never closed from the child).
+        pid = os.getpid()
+        found = self._runtimes.get(pid)
+        if found is None:
+            with self._lock:
+                found = self._runtimes.get(pid)
+                if found is None:
+                    settings = self.settings()
+                    found = GuardRuntime(self.app, settings, SqlRunStore(settings.url))
+                    self._runtimes[pid] = found
+        return found
+
+    def existing_runtime(self) -> GuardRuntime | None:
+        return self._runtimes.get(os.getpid())
+
+    def after_fork(self) -> None:
+        self._lock = threading.Lock()
+
+
+def _installation(app: Any) -> _Installation | None:
+    found = getattr(app, _INSTALLED, None)
+    return found if isinstance(found, _Installation) else None
+
+
+def install(app: Any) -> None:
+    """Wire the worker side of durable beat into ``app`` (call once, in the app module).
+
+    Idempotent. Ticks delivered to this app's workers are then run at most once per tick id
+    (within ``durable_beat_dedup_ttl``) and their run states tracked; see ``docs/worker.md``.
+    """
+    if _installation(app) is not None:
+        return
+    installed = _Installation(app)
+    setattr(app, _INSTALLED, installed)
+    _APPS.append(installed)
+    app.Task = guarded_class(app.Task)
+    _connect_signals()
+
+
+# -- the guard on the task class ----------------------------------------------------------------
+
+
+_GUARDED: weakref.WeakKeyDictionary[type, type] = weakref.WeakKeyDictionary()
+
+
+def _make_guarded(cls: type) -> type:
+    def before_start(self: Any, task_id: str, args: Any, kwargs: Any) -> None:
+        enter(self)
+        cast(Any, super(guarded, self)).before_start(task_id, args, kwargs)
+
+    def retry(self: Any, *args: Any, **kwargs: Any) -> Any:
+        retrying(self, args, kwargs)
+        return cast(Any, super(guarded, self)).retry(*args, **kwargs)
+
+    for fn in (before_start, retry):
+        setattr(fn, _GUARD_MARK, True)
+    guarded: type = type(
+        cls.__name__,
+        (cls,),
+        {
+            "before_start": before_start,
+            "retry": retry,
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
+        },
+    )
+    return guarded
+
+
+def guard_first(cls: type) -> bool:
+    """Whether the first ``before_start`` and ``retry`` on ``cls``'s MRO are the guard's."""
+    return all(
+        getattr(getattr(cls, name, None), _GUARD_MARK, False) for name in ("before_start", "retry")
+    )
+
+
+def guarded_class(cls: type) -> type:
+    """``cls`` itself if the guard runs first on it, else a subclass of it where it does."""
+    if guard_first(cls):
+        return cls
+    found = _GUARDED.get(cls)
+    if found is None:
+        found = _GUARDED[cls] = _make_guarded(cls)
+    return found
+
+
+def cover_tasks(app: Any) -> list[str]:
+    """Put the guard first on every registered task of ``app``; the names of those moved."""
+    moved = []
+    for name, task in list(app.tasks.items()):
+        if name.startswith("celery.") or guard_first(type(task)):
+            continue
+        task.__class__ = guarded_class(type(task))
+        moved.append(name)
+    return moved
+
+
+# -- one delivery ---------------------------------------------------------------------------------
+
+
+def enter(task: Any) -> None:
+    """The guard: claim the tick of this delivery or refuse it (raises Ignore)."""
+    request = task.request
+    if getattr(request, _HELD, None) is not None or getattr(request, "is_eager", False):
+        return
+    installed = _installation(task.app)
+    if installed is None:
+        return
+    origin = periodic_origin(request)
+    if origin is None:
+        return
+    task_id = str(request.id)
+    key = RunKey(task_id, origin.schedule, origin.tick_ms, origin.trigger.value)
+    delivery = getattr(request, "delivery_info", None) or {}
+    try:
+        held = installed.runtime().enter(
+            key,
+            hostname=str(getattr(request, "hostname", None) or socket.gethostname()),
+            attempt=int(getattr(request, "retries", 0) or 0),
+            redelivered=bool(delivery.get("redelivered")),
+        )
+    except Refused as refused:
+        log.info(
+            "duplicate delivery of %s not executed: the tick is already %s",
+            task_id,
+            refused.state.value,
+            extra={
+                "action": Action.DUPLICATE_REFUSED.value,
+                "task_id": task_id,
+                "schedule": origin.schedule,
+                "run_state": refused.state.value,
+            },
+        )
+        raise Ignore() from None
+    setattr(request, _HELD, held)
+
+
+def retrying(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Record ``retried`` before ``Task.retry`` publishes the retry message."""
+    request = task.request
+    held = getattr(request, _HELD, None)
+    installed = _installation(task.app)
+    if not isinstance(held, Held) or installed is None:
+        return
+    limit = kwargs.get("max_retries", args[6] if len(args) > 6 else None)
+    limit = task.max_retries if limit is None else limit
+    if limit is not None and int(request.retries or 0) + 1 > limit:
+        return  # Task.retry will raise MaxRetriesExceededError: no retry message
+    installed.runtime().retrying(held, _retry_delay(task, args, kwargs))
+    setattr(request, _RETRIED, True)
+
+
+def _retry_delay(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
+    eta = kwargs.get("eta", args[4] if len(args) > 4 else None)
+    countdown = kwargs.get("countdown", args[5] if len(args) > 5 else None)
+    if isinstance(eta, datetime) and eta.tzinfo is not None:
+        return (eta - datetime.now(eta.tzinfo)).total_seconds()
+    if countdown is None:
+        countdown = task.default_retry_delay
+    return float(countdown or 0)
+
+
+def _end_state(state: str | None, retval: Any) -> RunState | None:
+    """The run state a traced execution ended in; None when the message goes back to the queue."""
+    if state == "SUCCESS":
+        return RunState.SUCCEEDED
+    if state == "IGNORED":  # the task raised Ignore itself: it chose to end quietly
+        return RunState.SUCCEEDED
+    if state == "REJECTED":
+        return None if isinstance(retval, Reject) and retval.requeue else RunState.FAILED
+    return RunState.FAILED
+
+
+def _on_postrun(
+    sender: Any = None, task: Any = None, state: str | None = None, retval: Any = None, **_: Any
+) -> None:
+    task = task or sender
+    request = getattr(task, "request", None)
+    held = getattr(request, _HELD, None)
+    installed = _installation(getattr(task, "app", None))
+    if not isinstance(held, Held) or installed is None:
+        return
+    setattr(request, _HELD, None)
+    runtime = installed.runtime()
+    if state == "RETRY":
+        if not getattr(request, _RETRIED, False):  # Retry raised without Task.retry
+            runtime.retrying(held, float(task.default_retry_delay or 0))
+        return
+    runtime.leave(held, _end_state(state, retval))
+
+
+def _on_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
+    installed = _installation(getattr(sender, "app", None))
+    origin = periodic_origin(request)
+    if installed is None or origin is None:
+        return
+    key = RunKey(str(request.id), origin.schedule, origin.tick_ms, origin.trigger.value)
+    installed.runtime().settle_elsewhere(key, RunState.REVOKED, WriteIf.ALWAYS)
+
+
+def _on_failure(
+    sender: Any = None, task_id: str | None = None, exception: Any = None, **_: Any
+) -> None:
+    """Hard time limits and lost pool processes, reported by the main process."""
+    if not isinstance(exception, (TimeLimitExceeded, WorkerLostError)):
+        return  # other failures end in the pool process, through task_postrun
+    installed = _installation(getattr(sender, "app", None))
+    if installed is None or not task_id or not _TICK_ID.match(task_id):
+        return
+    key = RunKey(task_id, "", 0, Trigger.AUTO.value)
+    installed.runtime().settle_elsewhere(key, RunState.FAILED, WriteIf.UNFINISHED)
+
+
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
+    installed = _installation(getattr(sender, "app", None))
+    if installed is None:
+        return
+    settings = installed.settings()  # a bad setting stops the worker here, not a task later
+    SqlRunStore(settings.url)
+    moved = cover_tasks(installed.app)
+    if moved:
+        log.debug("durable beat guard put first on %d task(s): %s", len(moved), ", ".join(moved))
+
+
+_connected = False
+
+
+def _connect_signals() -> None:
+    global _connected  # noqa: PLW0603 - one set of receivers per process, for every app
+    if _connected:
+        return
+    _connected = True
+    signals.task_postrun.connect(_on_postrun, weak=False, dispatch_uid="durable_beat_postrun")
+    signals.task_revoked.connect(_on_revoked, weak=False, dispatch_uid="durable_beat_revoked")
+    signals.task_failure.connect(_on_failure, weak=False, dispatch_uid="durable_beat_failure")
+    signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="durable_beat_init")
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+_APPS: list[_Installation] = []
+
+
+def _after_fork() -> None:
+    for installed in _APPS:
+        installed.after_fork()
+
+
+# -- counters -----------------------------------------------------------------------------------
+
+
+def counters(app: Any) -> dict[str, int]:
+    """This process's guard counters for ``app``: ``claimed``, ``duplicates_refused``,
+    ``unclaimed`` (ran without the dedup check: backend down), ``tracking_errors``,
+    ``tracking_dropped``."""
+    installed = _installation(app)
+    runtime = installed.existing_runtime() if installed else None
+    total: Counter[str] = Counter()
+    if runtime is not None:
+        total.update(runtime.counters)
+    return dict(total)
+
+
+def shared_counters(app: Any) -> dict[str, int]:
+    """Counters every worker of ``app`` adds to in Redis (``duplicates_refused``); empty when
+    claims live in the store."""
+    installed = _installation(app)
+    if installed is None:
+        return {}
+    runtime = installed.runtime()
+    return runtime.redis.counters() if runtime.redis is not None else {}

@@ -1,0 +1,364 @@
+"""Run claims and the overlap gate against the real backends: ``SqlRunStore`` (PostgreSQL and
+SQLite), ``RedisClaims`` and ``OverlapGate``. One test per rule of ``RunStore`` (store/base.py),
+of the Redis scripts (claims.py) and of the gate (overlap.py)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from celery_durable_beat.claims import RedisClaims, dedup_redis_url
+from celery_durable_beat.dispatch import tick_message
+from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.model import Definition, Outcome, OverlapPolicy, Reason, Trigger
+from celery_durable_beat.overlap import OverlapGate
+from celery_durable_beat.schedules.spec import IntervalSpec
+from celery_durable_beat.settings import Settings
+from celery_durable_beat.store.base import (
+    AuditEvent,
+    DueSchedule,
+    RunKey,
+    RunState,
+    RunWrite,
+    WriteIf,
+)
+from celery_durable_beat.store.sql import SqlStore
+from celery_durable_beat.store.sql_runs import SqlRunStore
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_780_000_000_000
+NAME = "Nightly Report"
+MINUTE = 60_000
+
+
+def key(tick_ms: int = T0, name: str = NAME) -> RunKey:
+    return RunKey(tick_task_id(name, tick_ms), name, tick_ms, Trigger.AUTO.value)
+
+
+@pytest.fixture
+def sql_store(store_url: str) -> Iterator[SqlStore]:
+    store = SqlStore(store_url)
+    store.ensure_schema()
+    store.register_epoch(1)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def runs(sql_store: SqlStore) -> Iterator[SqlRunStore]:
+    run_store = SqlRunStore(sql_store.url)
+    yield run_store
+    run_store.close()
+
+
+@pytest.fixture
+def claims(redis_url: str) -> Iterator[RedisClaims]:
+    redis_claims = RedisClaims(redis_url)
+    yield redis_claims
+    redis_claims.close()
+
+
+def race(claim: Callable[[int], RunState | None], contenders: int = 8) -> list[RunState | None]:
+    """Start ``contenders`` claims of one tick at the same instant."""
+    barrier = threading.Barrier(contenders)
+    results: list[RunState | None] = [RunState.UNKNOWN] * contenders
+
+    def run(i: int) -> None:
+        barrier.wait()
+        results[i] = claim(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(contenders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    return results
+
+
+# -- SqlRunStore ------------------------------------------------------------------------------
+
+
+def test_of_concurrent_claims_of_one_tick_exactly_one_wins(runs: SqlRunStore) -> None:
+    results = race(lambda i: runs.claim(key(), f"w{i}", 0, MINUTE))
+    assert results.count(None) == 1
+    assert all(r is RunState.STARTED for r in results if r is not None)
+
+
+def test_a_claim_is_refused_while_running_and_once_finished(runs: SqlRunStore) -> None:
+    assert runs.claim(key(), "w1", 0, MINUTE) is None
+    assert runs.claim(key(), "w2", 0, MINUTE) is RunState.STARTED
+    runs.write([RunWrite(key(), RunState.SUCCEEDED, "w1", MINUTE)])
+    assert runs.claim(key(), "w2", 0, MINUTE) is RunState.SUCCEEDED
+    assert runs.claim(key(), "w2", 3, MINUTE) is RunState.SUCCEEDED  # even a "retry"
+
+
+def test_an_expired_claim_is_taken_over(runs: SqlRunStore) -> None:
+    assert runs.claim(key(), "dead-worker", 0, 1) is None
+    time.sleep(0.01)
+    assert runs.claim(key(), "w2", 0, MINUTE) is None
+    record = runs.get_run(key().task_id)
+    assert record is not None and record.owner == "w2" and record.state is RunState.STARTED
+
+
+def test_a_retried_tick_is_claimed_by_its_retry_only(runs: SqlRunStore) -> None:
+    assert runs.claim(key(), "w1", 0, MINUTE) is None
+    runs.write([RunWrite(key(), RunState.RETRIED, "w1", MINUTE)])
+    assert runs.claim(key(), "dup", 0, MINUTE) is RunState.RETRIED
+    assert runs.claim(key(), "w2", 1, MINUTE) is None
+    assert runs.claim(key(), "dup", 1, MINUTE) is RunState.STARTED
+
+
+def test_owner_writes_leave_other_owners_rows_alone(runs: SqlRunStore) -> None:
+    runs.claim(key(), "w1", 0, MINUTE)
+    runs.write([RunWrite(key(), RunState.SUCCEEDED, "w2", MINUTE, WriteIf.OWNER)])
+    assert _state(runs, key()) is RunState.STARTED
+    runs.write([RunWrite(key(), RunState.REVOKED, "w2", MINUTE, WriteIf.ALWAYS)])
+    assert _state(runs, key()) is RunState.REVOKED
+    # An owner write of a tick with no row inserts it (its start could not be recorded).
+    runs.write([RunWrite(key(T0 + 1000), RunState.SUCCEEDED, "w3", MINUTE, WriteIf.OWNER)])
+    assert _state(runs, key(T0 + 1000)) is RunState.SUCCEEDED
+
+
+def test_unfinished_writes_touch_only_unfinished_rows(runs: SqlRunStore) -> None:
+    runs.claim(key(), "w1", 0, MINUTE)
+    runs.write([RunWrite(key(T0 + 1000), RunState.SUCCEEDED, "w1", MINUTE)])
+    for k in (key(), key(T0 + 1000), key(T0 + 2000)):
+        runs.write([RunWrite(k, RunState.FAILED, "worker", MINUTE, WriteIf.UNFINISHED)])
+    assert _state(runs, key()) is RunState.FAILED
+    assert _state(runs, key(T0 + 1000)) is RunState.SUCCEEDED
+    assert runs.get_run(key(T0 + 2000).task_id) is None
+
+
+def test_heartbeat_pushes_on_only_the_owners_started_row(runs: SqlRunStore) -> None:
+    runs.claim(key(), "w1", 0, 1)
+    runs.claim(key(T0 + 1000), "w1", 0, 1)
+    runs.write([RunWrite(key(T0 + 1000), RunState.SUCCEEDED, "w1", 1)])
+    runs.heartbeat([(key().task_id, "w1"), (key(T0 + 1000).task_id, "w1")], MINUTE)
+    runs.heartbeat([(key().task_id, "someone-else")], 1)
+    time.sleep(0.01)
+    assert runs.claim(key(), "w2", 0, MINUTE) is RunState.STARTED  # still alive
+    assert runs.claim(key(T0 + 1000), "w2", 0, MINUTE) is None  # finished, kept 1 ms
+
+
+def test_mark_revoked_only_before_the_run_starts(runs: SqlRunStore) -> None:
+    assert runs.mark_revoked(key(), "beat", MINUTE)  # queued: revoked, refused later
+    assert runs.claim(key(), "w1", 0, MINUTE) is RunState.REVOKED
+    runs.claim(key(T0 + 1000), "w1", 0, MINUTE)
+    assert not runs.mark_revoked(key(T0 + 1000), "beat", MINUTE)  # running: terminate's job
+    runs.write([RunWrite(key(T0 + 1000), RunState.RETRIED, "w1", MINUTE)])
+    assert runs.mark_revoked(key(T0 + 1000), "beat", MINUTE)  # waiting for a retry
+    assert runs.claim(key(T0 + 1000), "w1", 1, MINUTE) is RunState.REVOKED
+
+
+def test_run_state_shows_in_history_and_previous_tick(
+    sql_store: SqlStore, runs: SqlRunStore
+) -> None:
+    _enqueued(sql_store, T0, T0 + MINUTE)
+    runs.claim(key(T0), "w1", 0, MINUTE)
+    runs.write([RunWrite(key(T0), RunState.FAILED, "w1", MINUTE)])
+    events = {e.tick_ms: e.run_state for e in sql_store.history(NAME, 10)}
+    assert events == {T0: "failed", T0 + MINUTE: None}
+    prev = runs.previous_tick(NAME, T0 + 2 * MINUTE)
+    assert prev is not None and prev.tick_ms == T0 + MINUTE and prev.state is None
+    prev = runs.previous_tick(NAME.upper(), T0 + MINUTE)
+    assert prev is not None and prev.tick_ms == T0 and prev.state is RunState.FAILED
+    assert runs.previous_tick(NAME, T0) is None
+
+
+def test_prune_removes_expired_rows_whose_history_is_gone(
+    sql_store: SqlStore, runs: SqlRunStore
+) -> None:
+    _enqueued(sql_store, T0)
+    for tick in (T0, T0 + 1000, T0 + 2000):
+        runs.write([RunWrite(key(tick), RunState.SUCCEEDED, "w", 1)])
+    runs.write([RunWrite(key(T0 + 3000), RunState.SUCCEEDED, "w", MINUTE)])
+    time.sleep(0.01)
+    assert runs.prune_runs(1) == 1
+    assert runs.prune_runs(100) == 1
+    assert runs.get_run(key(T0).task_id) is not None  # history still shows it
+    assert runs.get_run(key(T0 + 3000).task_id) is not None  # not expired
+
+
+def _state(runs: SqlRunStore, k: RunKey) -> RunState | None:
+    record = runs.get_run(k.task_id)
+    return None if record is None else record.state
+
+
+def _enqueued(store: SqlStore, *ticks: int, name: str = NAME) -> None:
+    store.record(
+        [
+            AuditEvent(
+                schedule=name,
+                tick_ms=t,
+                task_id=tick_task_id(name, t),
+                trigger=Trigger.AUTO,
+                outcome=Outcome.ENQUEUED,
+            )
+            for t in ticks
+        ],
+        1,
+    )
+
+
+# -- RedisClaims ------------------------------------------------------------------------------
+
+
+def test_redis_of_concurrent_claims_exactly_one_wins(claims: RedisClaims) -> None:
+    results = race(lambda i: claims.claim(key(), f"w{i}", 0, MINUTE), contenders=16)
+    assert results.count(None) == 1
+
+
+def test_redis_retry_attempts_claim_in_order(claims: RedisClaims) -> None:
+    k = key()
+    assert claims.claim(k, "w1", 0, MINUTE) is None
+    assert claims.settle(k.task_id, RunState.RETRIED, "w1", 1, MINUTE, WriteIf.OWNER)
+    assert claims.claim(k, "dup", 0, MINUTE) is RunState.RETRIED  # the original, again
+    assert claims.claim(k, "w2", 1, MINUTE) is None  # the retry
+    assert claims.claim(k, "dup", 1, MINUTE) is RunState.STARTED  # the retry, again
+    assert claims.settle(k.task_id, RunState.SUCCEEDED, "w2", 1, MINUTE, WriteIf.OWNER)
+    assert claims.claim(k, "dup", 2, MINUTE) is RunState.SUCCEEDED
+
+
+def test_redis_claims_expire_and_heartbeats_push_them_on(claims: RedisClaims) -> None:
+    lost, alive = key(T0), key(T0 + 1000)
+    claims.claim(lost, "dead", 0, 50)
+    claims.claim(alive, "w1", 0, 50)
+    for _ in range(4):
+        time.sleep(0.02)
+        assert claims.heartbeat([(alive.task_id, "w1"), (lost.task_id, "not-the-owner")], 50) == 1
+    assert claims.claim(lost, "w2", 0, MINUTE) is None
+    assert claims.claim(alive, "w2", 0, MINUTE) is RunState.STARTED
+
+
+def test_redis_settle_modes_and_release(claims: RedisClaims) -> None:
+    k = key()
+    claims.claim(k, "w1", 0, MINUTE)
+    assert not claims.settle(k.task_id, RunState.SUCCEEDED, "w2", 0, MINUTE, WriteIf.OWNER)
+    assert not claims.mark_revoked(k.task_id, "beat", MINUTE)  # running
+    assert claims.settle(k.task_id, RunState.FAILED, "worker", 0, MINUTE, WriteIf.UNFINISHED)
+    assert not claims.settle(k.task_id, RunState.FAILED, "worker", 0, MINUTE, WriteIf.UNFINISHED)
+    assert claims.state(k.task_id) is RunState.FAILED
+    queued = key(T0 + 1000)
+    assert claims.mark_revoked(queued.task_id, "beat", MINUTE)
+    assert claims.claim(queued, "w1", 0, MINUTE) is RunState.REVOKED
+    requeued = key(T0 + 2000)
+    claims.claim(requeued, "w1", 0, MINUTE)
+    claims.release(requeued.task_id, "w1")
+    assert claims.claim(requeued, "w2", 0, MINUTE) is None
+
+
+def test_redis_url_prefers_the_lease_url_then_a_redis_broker() -> None:
+    class App:
+        def __init__(self, broker: str | None) -> None:
+            self.conf = {"broker_url": broker}
+
+    plain = Settings()
+    leased = Settings(lease_url="redis://lease:6379/1")
+    assert dedup_redis_url(App("redis://b:6379/0;redis://c:6379/0"), plain) == "redis://b:6379/0"
+    assert dedup_redis_url(App("redis://b:6379/0"), leased) == "redis://lease:6379/1"
+    assert dedup_redis_url(App("amqp://guest@rabbit//"), plain) is None
+    assert dedup_redis_url(App("amqp://guest@rabbit//"), leased) == "redis://lease:6379/1"
+    assert dedup_redis_url(App(None), plain) is None
+
+
+# -- OverlapGate ------------------------------------------------------------------------------
+
+
+class Control:
+    def __init__(self) -> None:
+        self.revoked: list[tuple[str, bool]] = []
+
+    def revoke(self, task_id: str, terminate: bool = False) -> None:
+        self.revoked.append((task_id, terminate))
+
+
+class FakeApp:
+    def __init__(self) -> None:
+        self.control = Control()
+
+
+class Untouchable:
+    """A RunStore that fails the test if the gate asks it anything."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the gate called RunStore.{name} for an allow schedule")
+
+
+def due(policy: OverlapPolicy, next_tick_ms: int = T0, name: str = NAME) -> DueSchedule:
+    definition = Definition(name=name, task="t.work", spec=IntervalSpec(MINUTE), overlap=policy)
+    return DueSchedule(
+        id=1,
+        name=name,
+        definition=definition,
+        version=1,
+        next_tick_ms=next_tick_ms,
+        last_tick_ms=None,
+        failures=0,
+    )
+
+
+def gate_for(runs: Any, app: Any = None, **settings: Any) -> OverlapGate:
+    return OverlapGate(app or FakeApp(), Settings(**settings), runs)
+
+
+def test_allow_costs_no_query() -> None:
+    gate = gate_for(Untouchable())
+    d = due(OverlapPolicy.ALLOW)
+    assert gate(d, tick_message(d, T0)) is None
+
+
+def test_skip_waits_for_an_unfinished_previous_tick(sql_store: SqlStore, runs: SqlRunStore) -> None:
+    gate = gate_for(runs)
+    _enqueued(sql_store, T0)
+    d = due(OverlapPolicy.SKIP, T0 + MINUTE)
+    assert gate(d, tick_message(d, T0 + MINUTE)) is Reason.OVERLAP  # queued
+    runs.claim(key(T0), "w1", 0, MINUTE)
+    d = due(OverlapPolicy.SKIP, T0 + MINUTE)
+    assert gate(d, tick_message(d, T0 + MINUTE)) is Reason.OVERLAP  # running
+    runs.write([RunWrite(key(T0), RunState.SUCCEEDED, "w1", MINUTE)])
+    d = due(OverlapPolicy.SKIP, T0 + MINUTE)
+    assert gate(d, tick_message(d, T0 + MINUTE)) is None
+
+
+def test_a_lost_previous_tick_does_not_block(sql_store: SqlStore, runs: SqlRunStore) -> None:
+    gate = gate_for(runs, queued_ttl=0.05)
+    _enqueued(sql_store, T0, T0 + MINUTE)
+    runs.claim(key(T0 + MINUTE), "dead-worker", 0, 1)  # started, then no heartbeat
+    time.sleep(0.1)
+    d = due(OverlapPolicy.SKIP, T0 + 2 * MINUTE)
+    assert gate(d, tick_message(d, T0 + 2 * MINUTE)) is None
+    d = due(OverlapPolicy.SKIP, T0 + MINUTE)
+    assert gate(d, tick_message(d, T0 + MINUTE)) is None  # T0 queued, beyond queued_ttl
+
+
+def test_skip_within_one_round_lets_only_the_first_tick_through(runs: SqlRunStore) -> None:
+    gate = gate_for(runs)
+    d = due(OverlapPolicy.SKIP)
+    assert gate(d, tick_message(d, T0)) is None
+    assert gate(d, tick_message(d, T0 + MINUTE)) is Reason.OVERLAP
+    assert gate(d, tick_message(d, T0 + 2 * MINUTE)) is Reason.OVERLAP
+    fresh = due(OverlapPolicy.SKIP)  # the next round: the audit decides again
+    assert gate(fresh, tick_message(fresh, T0 + MINUTE)) is None
+
+
+def test_replace_revokes_the_unfinished_previous_tick(
+    sql_store: SqlStore, runs: SqlRunStore
+) -> None:
+    app = FakeApp()
+    gate = gate_for(runs, app)
+    _enqueued(sql_store, T0, T0 + MINUTE)
+    runs.claim(key(T0 + MINUTE), "w1", 0, MINUTE)
+    d = due(OverlapPolicy.REPLACE, T0 + 2 * MINUTE)
+    assert gate(d, tick_message(d, T0 + 2 * MINUTE)) is None
+    assert app.control.revoked == [(key(T0 + MINUTE).task_id, True)]
+    assert _state(runs, key(T0 + MINUTE)) is RunState.STARTED  # the worker records revoked
+    # Within the round, a second tick replaces the first, which has not started: revoked now.
+    assert gate(d, tick_message(d, T0 + 3 * MINUTE)) is None
+    assert app.control.revoked[-1] == (key(T0 + 2 * MINUTE).task_id, True)
+    assert _state(runs, key(T0 + 2 * MINUTE)) is RunState.REVOKED
+    assert runs.claim(key(T0 + 2 * MINUTE), "w2", 0, MINUTE) is RunState.REVOKED

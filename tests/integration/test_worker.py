@@ -1,0 +1,349 @@
+"""The worker side (SPEC §6) with real workers: ``install(app)``, ``periodic_origin``, the dedup
+guard, run tracking and overlap.
+
+Two kinds of worker: Celery's in-process test worker on the ``memory://`` broker, where claims
+live in the store (no Redis is configured), and real ``celery worker`` / ``celery beat``
+processes on a Redis broker, where claims live in Redis, for every pool and for crashes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import signal
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from celery import Celery, Task
+from celery.contrib.testing.worker import start_worker
+
+from celery_durable_beat import install, periodic_origin
+from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.model import Trigger
+from celery_durable_beat.store.base import RunState
+from celery_durable_beat.store.sql import SqlStore
+from celery_durable_beat.worker import counters
+from tests.conftest import PG_ADMIN_URL
+from tests.support.guardrig import Rig, ensure_schema, run_row, tick_headers
+from tests.support.procs import wait_until
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_780_000_000_000
+
+
+# -- periodic_origin ----------------------------------------------------------------------------
+
+
+def test_periodic_origin_reads_the_headers() -> None:
+    origin = periodic_origin({"headers": tick_headers("Nightly", T0 + 5)})
+    assert origin is not None
+    assert (origin.schedule, origin.tick_ms, origin.trigger) == ("Nightly", T0 + 5, Trigger.AUTO)
+    assert origin.tick.isoformat() == "2026-05-28T20:26:40.005000+00:00"
+    manual = periodic_origin(tick_headers("n", T0, "manual"))
+    assert manual is not None and manual.trigger == "manual"
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        None,
+        {},
+        {"periodic_schedule": "n"},
+        {"periodic_tick_ms": T0},
+        {"periodic_schedule": "n", "periodic_tick_ms": "soon"},
+        {"periodic_schedule": "n", "periodic_tick_ms": True},
+        tick_headers("n", T0, "sometimes"),
+    ],
+)
+def test_periodic_origin_is_none_for_ordinary_requests(request_: Any) -> None:
+    assert periodic_origin(request_) is None
+
+
+# -- in-process worker, claims in the store -------------------------------------------------------
+
+
+def make_app(store_url: str, **conf: Any) -> Celery:
+    app = Celery(f"inproc-{uuid.uuid4().hex[:6]}", broker="memory://", set_as_current=False)
+    app.conf.update(
+        task_ignore_result=True,
+        durable_beat_url=store_url,
+        broker_transport_options={"polling_interval": 0.05},
+        worker_hijack_root_logger=False,
+        **conf,
+    )
+    install(app)
+    return app
+
+
+class Journal:
+    """What the tasks of an in-process app did, in order."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def add(self, task: Any, event: str) -> None:
+        origin = periodic_origin(task.request)
+        self.rows.append(
+            {"event": event, "id": task.request.id, "tick_ms": origin.tick_ms if origin else None}
+        )
+
+    def ids(self, event: str = "run") -> list[str]:
+        return [r["id"] for r in self.rows if r["event"] == event]
+
+
+def register(app: Celery, journal: Journal) -> dict[str, Any]:
+    @app.task(name="inproc.record", bind=True, shared=False)
+    def record(self: Any) -> None:
+        journal.add(self, "run")
+
+    @app.task(name="inproc.sleepy", bind=True, shared=False)
+    def sleepy(self: Any, seconds: float) -> None:
+        journal.add(self, "run")
+        time.sleep(seconds)
+        journal.add(self, "end")
+
+    class PlainBase(Task):  # type: ignore[misc]
+        """A base of the user's own, overriding before_start without calling super()."""
+
+        def before_start(self, task_id: str, args: Any, kwargs: Any) -> None:
+            journal.rows.append({"event": "user_before_start", "id": task_id})
+
+    @app.task(name="inproc.custom", bind=True, base=PlainBase, shared=False)
+    def custom(self: Any) -> None:
+        journal.add(self, "run")
+
+    return {"record": record, "sleepy": sleepy, "custom": custom}
+
+
+def test_ordinary_tasks_never_build_the_guard(store_url: str) -> None:
+    ensure_schema(store_url)
+    app = make_app(store_url)
+    journal = Journal()
+    tasks = register(app, journal)
+    with start_worker(app, pool="solo", perform_ping_check=False):
+        for _ in range(3):
+            tasks["record"].delay()
+        wait_until(lambda: len(journal.ids()) == 3, 20, "3 ordinary runs")
+        assert counters(app) == {}  # no runtime in this process: no store, no Redis touched
+        tasks["record"].apply_async(task_id=tick_task_id("n", T0), headers=tick_headers("n", T0))
+        wait_until(lambda: len(journal.ids()) == 4, 20, "the tick's run")
+    assert counters(app)["claimed"] == 1
+
+
+@pytest.mark.parametrize("pool", ["threads", "solo"])
+def test_store_claims_run_a_duplicated_tick_once(
+    store_url: str, pool: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    ensure_schema(store_url)
+    app = make_app(store_url)
+    journal = Journal()
+    tasks = register(app, journal)
+    task_id, headers = tick_task_id("Nightly", T0), tick_headers("Nightly", T0)
+    caplog.set_level(logging.INFO, logger="celery_durable_beat.worker")
+    with start_worker(app, pool=pool, concurrency=4, perform_ping_check=False):
+        for _ in range(5):
+            tasks["sleepy"].apply_async((0.5,), task_id=task_id, headers=headers)
+        tasks["custom"].apply_async(task_id=tick_task_id("n", T0), headers=tick_headers("n", T0))
+        tasks["custom"].apply_async(task_id=tick_task_id("n", T0), headers=tick_headers("n", T0))
+        wait_until(lambda: counters(app).get("duplicates_refused") == 5, 30, "5 refusals")
+        wait_until(lambda: run_row(store_url, task_id) is RunState.SUCCEEDED, 20, "succeeded")
+    assert journal.ids() == [task_id, tick_task_id("n", T0)] or sorted(journal.ids()) == sorted(
+        [task_id, tick_task_id("n", T0)]
+    )
+    # The guard runs before the user's own before_start, on a base class of the user's own.
+    assert [r for r in journal.rows if r["event"] == "user_before_start"] == [
+        {"event": "user_before_start", "id": tick_task_id("n", T0)}
+    ]
+    refusals = [r for r in caplog.records if getattr(r, "action", None) == "duplicate_refused"]
+    assert len(refusals) == 5
+    assert all(
+        task_id in r.getMessage() or tick_task_id("n", T0) in r.getMessage() for r in refusals
+    )
+
+
+@pytest.fixture
+def late_pg_url() -> Iterator[str]:
+    """The URL of a PostgreSQL database created only when the test says so (an outage)."""
+    name = f"dbt_late_{uuid.uuid4().hex[:12]}"
+    base = PG_ADMIN_URL.rpartition("/")[0]
+    yield f"{base}/{name}"
+    with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", ""), autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')  # generated name
+
+
+def test_store_down_the_tick_runs_and_its_state_is_recorded_late(
+    late_pg_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = make_app(late_pg_url, durable_beat_run_ttl=1.5)
+    journal = Journal()
+    tasks = register(app, journal)
+    quick, slow = tick_task_id("n", T0), tick_task_id("n", T0 + 1000)
+    caplog.set_level(logging.INFO, logger="celery_durable_beat.worker")
+    with start_worker(app, pool="threads", concurrency=2, perform_ping_check=False):
+        tasks["record"].apply_async(task_id=quick, headers=tick_headers("n", T0))
+        tasks["sleepy"].apply_async((9,), task_id=slow, headers=tick_headers("n", T0 + 1000))
+        wait_until(lambda: set(journal.ids()) == {quick, slow}, 20, "both ticks running")
+        with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", ""), autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{late_pg_url.rpartition("/")[2]}"')
+        ensure_schema(late_pg_url)
+        # Once the store answers (circuit: 5 s), the pending states are written.
+        wait_until(lambda: run_row(late_pg_url, slow) is RunState.UNKNOWN, 15, "slow: unknown")
+        assert run_row(late_pg_url, quick) is RunState.SUCCEEDED
+        wait_until(lambda: run_row(late_pg_url, slow) is RunState.SUCCEEDED, 15, "slow: done")
+    outage = [r for r in caplog.records if getattr(r, "action", None) == "run_tracking_unavailable"]
+    assert len(outage) == 1, [r.getMessage() for r in outage]
+    assert counters(app)["unclaimed"] == 2
+
+
+# -- real worker processes, claims in Redis ----------------------------------------------------
+
+
+@pytest.fixture
+def rig_factory(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Any]:
+    rigs: list[Rig] = []
+
+    def make(**env: str) -> Rig:
+        rig = Rig(tmp_path, pg_url, redis_url, **env)
+        rigs.append(rig)
+        return rig
+
+    yield make
+    for rig in rigs:
+        rig.close()
+
+
+@pytest.mark.parametrize("pool", ["prefork", "threads", "solo"])
+def test_duplicate_deliveries_of_a_tick_execute_once(rig_factory: Any, pool: str) -> None:
+    rig = rig_factory()
+    worker = rig.worker(pool)
+    task_id = tick_task_id("Nightly", T0)
+    for _ in range(4):
+        rig.send("guardapp.record", task_id, tick_headers("Nightly", T0))
+    rig.send("guardapp.record", None, None)  # an ordinary task
+    wait_until(lambda: len(rig.rows()) == 2 and rig.drained(), 30, "2 runs, queue drained")
+    tick, ordinary = sorted(rig.rows(), key=lambda r: r["schedule"] is None)
+    assert tick["id"] == task_id
+    assert (tick["schedule"], tick["tick_ms"], tick["trigger"]) == ("Nightly", T0, "auto")
+    assert tick["tick"] == "2026-05-28T20:26:40+00:00"
+    assert ordinary["schedule"] is None
+    wait_until(lambda: rig.state(task_id) is RunState.SUCCEEDED, 20, "run state succeeded")
+    assert rig.shared_counters()["duplicates_refused"] == 3
+    refused = [line for line in worker.output().splitlines() if "not executed" in line]
+    assert len(refused) == 3 and all(task_id in line for line in refused)
+    # Long after, the same tick delivered again is still refused (dedup TTL).
+    rig.send("guardapp.record", task_id, tick_headers("Nightly", T0))
+    wait_until(lambda: rig.shared_counters()["duplicates_refused"] == 4, 20, "a 4th refusal")
+    assert len(rig.rows()) == 2
+
+
+def test_a_retried_tick_runs_each_retry(rig_factory: Any) -> None:
+    rig = rig_factory()
+    rig.worker("threads", 2)
+    task_id = tick_task_id("Flaky", T0)
+    rig.send("guardapp.flaky", task_id, tick_headers("Flaky", T0), args=(2, 1.5))
+    wait_until(lambda: rig.state(task_id) is RunState.RETRIED, 20, "run state retried")
+    rig.send("guardapp.flaky", task_id, tick_headers("Flaky", T0), args=(2, 1.5))  # duplicate
+    wait_until(lambda: rig.state(task_id) is RunState.SUCCEEDED, 30, "run state succeeded")
+    assert [r["retries"] for r in rig.rows()] == [0, 1, 2]
+    assert all(r["id"] == task_id for r in rig.rows())
+
+
+def test_a_failing_tick_and_a_hard_time_limit_are_recorded_failed(rig_factory: Any) -> None:
+    rig = rig_factory()
+    rig.worker("prefork", 2)
+    broken, slow = tick_task_id("Broken", T0), tick_task_id("Slow", T0)
+    rig.send("guardapp.broken", broken, tick_headers("Broken", T0))
+    rig.send("guardapp.sleepy", slow, tick_headers("Slow", T0), args=(30,), time_limit=1)
+    wait_until(lambda: rig.state(broken) is RunState.FAILED, 20, "broken: failed")
+    wait_until(lambda: rig.state(slow) is RunState.FAILED, 20, "time limit: failed")
+
+
+def test_an_acks_late_redelivery_after_its_worker_died_runs(rig_factory: Any) -> None:
+    rig = rig_factory(VISIBILITY_TIMEOUT="3", GUARD_RUN_TTL="2")
+    first = rig.worker("prefork", 1)
+    task_id = tick_task_id("Late", T0)
+    rig.send("guardapp.late_sleepy", task_id, tick_headers("Late", T0), args=(3,))
+    wait_until(lambda: rig.rows("start"), 20, "the first run to start")
+    first.signal(signal.SIGKILL)
+    first.kill()  # the whole process group: main process and pool child, mid-task
+    assert rig.redis.hlen("unacked") == 1
+    rig.worker("solo")
+    wait_until(lambda: rig.rows("end"), 40, "the redelivered run to finish")
+    assert [r["event"] for r in rig.rows()] == ["start", "start", "end"]
+    assert rig.state(task_id) is RunState.SUCCEEDED
+
+
+def test_a_redelivery_while_the_first_run_is_alive_is_refused(rig_factory: Any) -> None:
+    # visibility_timeout shorter than the task: Redis gives the message back while it runs.
+    rig = rig_factory(VISIBILITY_TIMEOUT="2", GUARD_RUN_TTL="2")
+    worker = rig.worker("prefork", 2)
+    task_id = tick_task_id("Long", T0)
+    rig.send("guardapp.late_sleepy", task_id, tick_headers("Long", T0), args=(8,))
+    wait_until(lambda: rig.rows("end"), 30, "the run to finish")
+    wait_until(lambda: "not executed" in worker.output(), 20, "a refused redelivery")
+    time.sleep(1)
+    assert [r["event"] for r in rig.rows()] == ["start", "end"]
+
+
+# -- overlap with a real beat ---------------------------------------------------------------------
+
+
+def history(rig: Rig, name: str) -> list[Any]:
+    store = SqlStore(rig.pg_url)
+    try:
+        return store.history(name, 100)
+    finally:
+        store.close()
+
+
+def test_overlap_skip_never_runs_two_ticks_at_once(rig_factory: Any) -> None:
+    rig = rig_factory()
+    rig.worker("prefork", 3)
+    rig.beat(
+        {
+            "slow": {
+                "task": "guardapp.sleepy",
+                "schedule": "@every 1s",
+                "args": [2.5],
+                "overlap": "skip",
+            }
+        }
+    )
+    wait_until(lambda: len(rig.rows("end")) >= 3, 60, "3 finished runs")
+    starts = {r["id"]: r["t"] for r in rig.rows("start")}
+    ends = {r["id"]: r["t"] for r in rig.rows("end")}
+    spans = sorted((starts[i], ends.get(i, float("inf"))) for i in starts)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
+    events = history(rig, "slow")
+    assert any(e.outcome.value == "skipped" and e.reason == "overlap" for e in events)
+    finished = [e for e in events if e.task_id in ends]
+    assert finished and all(e.run_state == "succeeded" for e in finished)
+
+
+def test_overlap_replace_terminates_the_unfinished_run(rig_factory: Any) -> None:
+    rig = rig_factory()
+    rig.worker("prefork", 3)
+    rig.beat(
+        {
+            "long": {
+                "task": "guardapp.sleepy",
+                "schedule": "@every 2s",
+                "args": [60],
+                "overlap": "replace",
+            }
+        }
+    )
+    wait_until(lambda: len(rig.rows("start")) >= 3, 60, "3 runs started")
+    revoked = wait_until(
+        lambda: [e for e in history(rig, "long") if e.run_state == "revoked"],
+        20,
+        "revoked runs in history",
+    )
+    assert len(revoked) >= 1
+    assert not rig.rows("end")  # each run was terminated by the next one
