@@ -11,6 +11,8 @@ import os
 
 from celery import Celery
 
+from celery_durable_beat import install
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 QUEUE = os.path.join(HERE, ".demo-queue")
 for folder in ("data", "control", "processed"):
@@ -44,6 +46,7 @@ app.conf.update(
         },
     },
 )
+install(app)  # the worker side: a duplicate delivery of a tick never runs twice
 
 
 @app.task(name="quickstart.heartbeat", bind=True)

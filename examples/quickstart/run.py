@@ -70,8 +70,9 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
     print(f"\n{len(ticks)} ticks executed. The schedules, their next ticks and the audit trail:")
-    print("  cd examples/quickstart && celery -A app durable-beat list")
-    print("  cd examples/quickstart && celery -A app durable-beat history heartbeat")
+    command = f"{sys.executable} -m celery -A app"
+    print(f"  cd examples/quickstart && {command} durable-beat list")
+    print(f"  cd examples/quickstart && {command} durable-beat history heartbeat")
     return 0 if ticks else 1
 
 

@@ -182,9 +182,7 @@ def test_kill_9_at_any_point_executes_every_tick_exactly_once(rig: Rig, tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(4 * 3600)
-def test_full_proof_200_kills(rig: Rig, tmp_path: Path, request: pytest.FixtureRequest) -> None:
-    if "slow" not in (request.config.getoption("markexpr") or ""):
-        pytest.skip("the full proof runs only with -m slow")
+def test_full_proof_200_kills(rig: Rig, tmp_path: Path) -> None:
     figures = prove(rig, kills=200, seed=int(time.time()), tmp_path=tmp_path)
     assert figures.kills >= 200
 
