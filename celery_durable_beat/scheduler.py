@@ -225,10 +225,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             self._schema_ready = True
 
     def _dispatch(self) -> float:
-        """Claim only when something is due: an idle round is two cheap index reads."""
+        """Claim only when something is due: an idle round is one index probe."""
         assert self.store is not None and self.dispatcher is not None
-        now_ms = self.store.now_ms()
-        due = self.store.earliest_due_ms()
+        now_ms, due = self.store.clock_and_earliest_due()
         if due is None or due > now_ms:
             if not self._broker_down:  # idle rounds between broker retries keep the backoff
                 self._failures = 0
@@ -244,7 +243,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._maybe_prune(now_ms)
         if stats.claimed >= self.dispatcher.batch_size:
             return 0.0
-        return self._delay(self.store.earliest_due_ms(), self.store.now_ms())
+        now_ms, due = self.store.clock_and_earliest_due()
+        return self._delay(due, now_ms)
 
     # -- leadership ---------------------------------------------------------------------------
     def _lead(self) -> bool:

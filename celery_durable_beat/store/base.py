@@ -159,6 +159,9 @@ class Store(Protocol):
     def earliest_due_ms(self) -> int | None:
         """The smallest ``next_due_ms`` of any active schedule (one index probe)."""
 
+    def clock_and_earliest_due(self) -> tuple[int, int | None]:
+        """``now_ms()`` and ``earliest_due_ms()`` together, in one round trip: the idle round."""
+
     def claim_due(self, now_ms: int, limit: int) -> AbstractContextManager[Claim]:
         """The due rows of one round (see rule 2)."""
 

@@ -104,6 +104,13 @@ class SqlStore:
         with self._tx(write=False) as conn:
             return query(conn)
 
+    def _single_read(self, query: Callable[[Connection], T]) -> T:
+        """One SELECT on PostgreSQL in autocommit: no BEGIN/ROLLBACK round trips (hot path)."""
+        if not self._postgres:
+            return self._read(query)
+        with self._guard(), self._get_engine().connect() as conn:
+            return query(conn.execution_options(isolation_level="AUTOCOMMIT"))
+
     def _write(self, change: Callable[[Connection], T]) -> T:
         with self._tx() as conn:
             return change(conn)
@@ -118,12 +125,23 @@ class SqlStore:
     def now_ms(self) -> int:
         if not self._postgres:
             return sql_round.HOST_CLOCK.now_ms()
-        return self._read(lambda conn: int(conn.execute(select(sql_round.PG_NOW)).scalar_one()))
+        return self._single_read(
+            lambda conn: int(conn.execute(select(sql_round.PG_NOW)).scalar_one())
+        )
 
     def earliest_due_ms(self) -> int | None:
         query = select(func.min(schedules.c.next_due_ms))
-        value = self._read(lambda conn: conn.execute(query).scalar())
+        value = self._single_read(lambda conn: conn.execute(query).scalar())
         return None if value is None else int(value)
+
+    def clock_and_earliest_due(self) -> tuple[int, int | None]:
+        """The store's clock and the earliest due instant, in one round trip."""
+        earliest = select(func.min(schedules.c.next_due_ms)).scalar_subquery()
+        if not self._postgres:
+            value = self._read(lambda conn: conn.execute(select(earliest)).scalar())
+            return sql_round.HOST_CLOCK.now_ms(), None if value is None else int(value)
+        row = self._single_read(lambda conn: conn.execute(select(sql_round.PG_NOW, earliest)).one())
+        return int(row[0]), None if row[1] is None else int(row[1])
 
     @contextmanager
     def claim_due(self, now_ms: int, limit: int) -> Iterator[SqlClaim]:

@@ -238,7 +238,7 @@ def test_store_and_broker_failures_back_off_and_never_raise(
     def store_down(*_: Any) -> int:
         raise StoreUnavailable("the durable beat store at sqlite:///x failed: gone")
 
-    monkeypatch.setattr(a.store, "earliest_due_ms", store_down)
+    monkeypatch.setattr(a.store, "clock_and_earliest_due", store_down)
     delays = [_round(a) for _ in range(3)]
     assert delays == sorted(delays) and delays[0] > 0  # growing backoff, no exception
     monkeypatch.undo()

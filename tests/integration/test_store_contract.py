@@ -133,6 +133,15 @@ def test_earliest_due_ms(store: SqlStore) -> None:
     assert store.earliest_due_ms() == 4_000
 
 
+def test_clock_and_earliest_due_in_one_read(store: SqlStore) -> None:
+    before = store.now_ms()
+    assert store.clock_and_earliest_due()[1] is None
+    add(store, "a", 4_000)
+    clock, due = store.clock_and_earliest_due()
+    assert due == 4_000
+    assert before <= clock <= store.now_ms()
+
+
 def test_claims_on_postgresql_skip_rows_another_claim_holds(pg_url: str) -> None:
     first_store, second_store = SqlStore(pg_url), SqlStore(pg_url)
     first_store.ensure_schema()
