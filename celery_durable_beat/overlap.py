@@ -70,6 +70,12 @@ class OverlapGate:
         self._due: DueSchedule | None = None
         self._let_through: tuple[str, int] | None = None
 
+    def close(self) -> None:
+        """Release the run store's pool and the Redis client; idempotent."""
+        self.runs.close()
+        if self.redis is not None:
+            self.redis.close()
+
     def __call__(self, due: DueSchedule, message: TickMessage) -> Reason | None:
         policy = due.definition.overlap
         if policy is OverlapPolicy.ALLOW:

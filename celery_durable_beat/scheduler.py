@@ -183,6 +183,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                         extra={"action": Action.LEADERSHIP_LOST.value, "epoch": self._epoch},
                     )
             self.lease.close()
+        gate = self.dispatcher.gate if self.dispatcher is not None else None
+        if gate is not None and hasattr(gate, "close"):
+            gate.close()
         if self.store is not None:
             self.store.close()
         super().close()

@@ -10,16 +10,14 @@ is this host's clock, which is also the only clock every process sharing the fil
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import exc as sa_exc
 from sqlalchemy import func, select
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
-from celery_durable_beat.exceptions import InvalidArgument, StoreUnavailable
+from celery_durable_beat.exceptions import InvalidArgument
 from celery_durable_beat.model import Definition, ScheduleState, Source
 from celery_durable_beat.store import sql_admin, sql_lease, sql_round, sql_schema
 from celery_durable_beat.store.base import (
@@ -31,7 +29,7 @@ from celery_durable_beat.store.base import (
     StoredEvent,
     UpsertResult,
 )
-from celery_durable_beat.store.sql_engine import BEGIN_OPTION, build_engine, normalize_url
+from celery_durable_beat.store.sql_engine import BEGIN_OPTION, LazyEngine
 from celery_durable_beat.store.tables import FENCE_ID, fence, schedules
 
 if TYPE_CHECKING:
@@ -39,57 +37,15 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
 
-
-class SqlStore:
-    """The durable store on a SQLAlchemy URL (``postgresql://…`` or ``sqlite:///…``).
-
-    Building one never connects: Celery creates throwaway scheduler instances, and an outage at
-    start must surface as ``StoreUnavailable`` from the first call, where beat backs off.
-    """
+class SqlStore(LazyEngine):
+    """The durable store on a SQLAlchemy URL (``postgresql://…`` or ``sqlite:///…``)."""
 
     def __init__(self, url: str, *, stall_timeout_s: float | None = None) -> None:
-        self._url = normalize_url(url)
-        self.url = self._url.render_as_string(hide_password=False)
-        self.shown_url = self._url.render_as_string(hide_password=True)
-        self._engine: Engine | None = None
-        self._lock = threading.Lock()
+        super().__init__(url)
         # PostgreSQL ends a claim left idle this long: a leader frozen mid-round (SIGSTOP, a VM
         # pause) must not keep its due rows locked from the next leader (see sql_lease).
         self._stall_timeout_ms = None if stall_timeout_s is None else round(stall_timeout_s * 1000)
-
-    def __repr__(self) -> str:
-        return f"SqlStore({self.shown_url!r})"
-
-    # -- plumbing -----------------------------------------------------------------------------
-    def _unavailable(self, exc: Exception) -> StoreUnavailable:
-        cause = getattr(exc, "orig", None) or exc
-        first_line = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-        return StoreUnavailable(f"the durable beat store at {self.shown_url} failed: {first_line}")
-
-    @contextmanager
-    def _guard(self) -> Iterator[None]:
-        try:
-            yield
-        except _UNAVAILABLE as exc:
-            raise self._unavailable(exc) from exc
-        except sa_exc.DBAPIError as exc:
-            if not exc.connection_invalidated:
-                raise
-            # The server ended the session (e.g. psycopg reports an idle-in-transaction timeout
-            # as InternalError): the connection is gone, as in an outage.
-            raise self._unavailable(exc) from exc
-
-    def _get_engine(self) -> Engine:
-        with self._lock:
-            if self._engine is None:
-                self._engine = build_engine(self._url)
-            return self._engine
-
-    @property
-    def _postgres(self) -> bool:
-        return self._url.get_backend_name() == "postgresql"
 
     @contextmanager
     def _tx(self, *, write: bool = True) -> Iterator[Connection]:
@@ -114,12 +70,6 @@ class SqlStore:
     def _write(self, change: Callable[[Connection], T]) -> T:
         with self._tx() as conn:
             return change(conn)
-
-    def close(self) -> None:
-        with self._lock:
-            engine, self._engine = self._engine, None
-        if engine is not None:
-            engine.dispose()
 
     # -- time and the round -------------------------------------------------------------------
     def now_ms(self) -> int:

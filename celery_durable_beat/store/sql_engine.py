@@ -8,10 +8,14 @@ so a read-then-write never fails with ``SQLITE_BUSY`` halfway) and ``BEGIN DEFER
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import create_engine, event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
@@ -116,3 +120,61 @@ def _sqlite_on_connect(dbapi_connection: Any, _record: Any) -> None:
 def _sqlite_on_begin(connection: Connection) -> None:
     flavour = connection.get_execution_options().get(BEGIN_OPTION, "write")
     connection.exec_driver_sql(_SQLITE_BEGIN[flavour])
+
+
+_UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
+
+
+class LazyEngine:
+    """A SQLAlchemy engine built on first use and disposed by ``close()``, shared plumbing of
+    the stores.
+
+    Building one never connects: Celery creates throwaway scheduler instances, and an outage at
+    start must surface as ``StoreUnavailable`` from the first call, where beat backs off.
+    """
+
+    def __init__(self, url: str) -> None:
+        self._url = normalize_url(url)
+        self.url = self._url.render_as_string(hide_password=False)
+        self.shown_url = self._url.render_as_string(hide_password=True)
+        self._engine: Engine | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.shown_url!r})"
+
+    def _get_engine(self) -> Engine:
+        with self._lock:
+            if self._engine is None:
+                self._engine = build_engine(self._url)
+            return self._engine
+
+    @property
+    def _postgres(self) -> bool:
+        return self._url.get_backend_name() == "postgresql"
+
+    def _unavailable(self, exc: Exception) -> StoreUnavailable:
+        """The error beat backs off on: the URL without its password and the first line only."""
+        cause = getattr(exc, "orig", None) or exc
+        first_line = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        return StoreUnavailable(f"the durable beat store at {self.shown_url} failed: {first_line}")
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        try:
+            yield
+        except _UNAVAILABLE as exc:
+            raise self._unavailable(exc) from exc
+        except sa_exc.DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            # The server ended the session (e.g. psycopg reports an idle-in-transaction timeout
+            # as InternalError): the connection is gone, as in an outage.
+            raise self._unavailable(exc) from exc
+
+    def close(self) -> None:
+        """Dispose of the pool; idempotent, and the next call builds a new engine."""
+        with self._lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.dispose()

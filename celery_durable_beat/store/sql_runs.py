@@ -15,18 +15,15 @@ one per process (after the prefork fork), the beat's overlap gate one on first u
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import and_, bindparam, exists, literal, or_, select, update
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
-from celery_durable_beat.exceptions import StoreUnavailable
 from celery_durable_beat.model import Trigger
 from celery_durable_beat.store.base import (
     FINAL_RUN_STATES,
@@ -37,7 +34,7 @@ from celery_durable_beat.store.base import (
     RunWrite,
     WriteIf,
 )
-from celery_durable_beat.store.sql_engine import BEGIN_OPTION, build_engine, normalize_url
+from celery_durable_beat.store.sql_engine import BEGIN_OPTION, LazyEngine
 from celery_durable_beat.store.sql_round import HOST_CLOCK, PG_NOW
 from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs
 
@@ -50,7 +47,6 @@ OWNER_LENGTH = 255
 """Width of the ``hostname`` column that holds the owner."""
 
 _UNFINISHED = tuple(s.value for s in RunState if s not in FINAL_RUN_STATES)
-_UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
 
 
 def _schedule_key(name: str) -> str:
@@ -58,28 +54,8 @@ def _schedule_key(name: str) -> str:
     return name.lower()[:NAME_LENGTH]
 
 
-class SqlRunStore:
+class SqlRunStore(LazyEngine):
     """The runs table on a SQLAlchemy URL (``postgresql://…`` or ``sqlite:///…``)."""
-
-    def __init__(self, url: str) -> None:
-        self._url = normalize_url(url)
-        self.shown_url = self._url.render_as_string(hide_password=True)
-        self._engine: Engine | None = None
-        self._lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return f"SqlRunStore({self.shown_url!r})"
-
-    # -- plumbing -----------------------------------------------------------------------------
-    def _get_engine(self) -> Engine:
-        with self._lock:
-            if self._engine is None:
-                self._engine = build_engine(self._url)
-            return self._engine
-
-    @property
-    def _postgres(self) -> bool:
-        return self._url.get_backend_name() == "postgresql"
 
     def _now(self) -> ColumnElement[Any]:
         """The store's clock as an SQL expression (a bound host-clock value on SQLite)."""
@@ -89,18 +65,11 @@ class SqlRunStore:
 
     @contextmanager
     def _tx(self, *, write: bool = True) -> Iterator[Connection]:
-        try:
-            with self._get_engine().connect() as conn:
-                if not write:
-                    conn.execution_options(**{BEGIN_OPTION: "read"})
-                with conn.begin():
-                    yield conn
-        except _UNAVAILABLE as exc:
-            cause = getattr(exc, "orig", None) or exc
-            first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-            raise StoreUnavailable(
-                f"the durable beat store at {self.shown_url} failed: {first}"
-            ) from exc
+        with self._guard(), self._get_engine().connect() as conn:
+            if not write:
+                conn.execution_options(**{BEGIN_OPTION: "read"})
+            with conn.begin():
+                yield conn
 
     def _write(self, change: Callable[[Connection], T]) -> T:
         with self._tx() as conn:
@@ -108,12 +77,6 @@ class SqlRunStore:
 
     def _insert(self) -> Any:
         return (postgresql.insert if self._postgres else sqlite.insert)(runs)
-
-    def close(self) -> None:
-        with self._lock:
-            engine, self._engine = self._engine, None
-        if engine is not None:
-            engine.dispose()
 
     # -- the worker side ----------------------------------------------------------------------
     def _row(self, key: RunKey, state: RunState, owner: str, keep_ms: int) -> Any:
