@@ -67,11 +67,13 @@ def translate_entry(name: str, entry: Any) -> Any:
                 )
             ]
         )
-    if isinstance(value, crontab):
+    if type(value) is crontab:  # a subclass may compute its own times: refused below
         return {**entry, "schedule": crontab_to_cron(value)}
-    if isinstance(value, schedule):
+    if type(value) is schedule:
         return {**entry, "schedule": value.run_every.total_seconds()}
-    if hasattr(value, "is_due") and hasattr(value, "remaining_estimate"):
+    if isinstance(value, (schedule, crontab)) or (
+        hasattr(value, "is_due") and hasattr(value, "remaining_estimate")
+    ):
         raise ConfigError(
             [
                 ConfigProblem(

@@ -1,0 +1,104 @@
+"""The Celery edge of config: crontab/schedule objects, refused classes, settings."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery import Celery
+from celery.schedules import crontab, schedule, solar
+
+from celery_durable_beat.config import definitions_from_app
+from celery_durable_beat.exceptions import ConfigError
+from celery_durable_beat.model import MissedPolicy
+from celery_durable_beat.schedules.occurrences import next_tick
+from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec
+from celery_durable_beat.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+
+def _definitions(entries: dict[str, dict[str, object]], tz: str = "Europe/Berlin") -> list:  # type: ignore[type-arg]
+    app = Celery("edge", set_as_current=False)
+    app.conf.timezone = tz
+    app.conf.beat_schedule = entries
+    return definitions_from_app(app, Settings.from_conf(app.conf, environ={}))
+
+
+def test_crontab_fields_are_read_in_the_app_zone() -> None:
+    (d,) = _definitions({"n": {"task": "t", "schedule": crontab(minute=0, hour=3)}})
+    assert d.spec == CronSpec(("0", "3", "*", "*", "*"), "Europe/Berlin")
+    first = next_tick(d.spec, 1_782_864_000_000)  # 2026-07-01T00:00:00Z
+    assert datetime.fromtimestamp(first / 1000, timezone.utc).hour == 1  # 03:00 CEST
+
+
+def test_crontab_ranges_names_and_lists_survive() -> None:
+    (d,) = _definitions(
+        {
+            "w": {
+                "task": "t",
+                "tz": "America/New_York",
+                "schedule": crontab(minute=[0, 30], hour="9-17", day_of_week="mon-fri"),
+            }
+        }
+    )
+    assert d.spec == CronSpec(("0,30", "9-17", "*", "*", "mon-fri"), "America/New_York")
+
+
+def test_celery_schedule_is_an_epoch_aligned_interval() -> None:
+    (d,) = _definitions({"i": {"task": "t", "schedule": schedule(timedelta(seconds=30))}})
+    assert d.spec == IntervalSpec(30_000)
+    assert d.tz == "UTC"
+
+
+def test_solar_and_custom_classes_are_refused_with_every_other_problem() -> None:
+    class EveryFullMoon(schedule):  # a custom schedule class of the user's
+        def is_due(self, last_run_at: datetime) -> tuple[bool, float]:
+            return False, 60.0
+
+    with pytest.raises(ConfigError) as caught:
+        _definitions(
+            {
+                # built without __init__, which needs the optional ephem package
+                "sun": {"task": "t", "schedule": solar.__new__(solar)},
+                "moon": {"task": "t", "schedule": EveryFullMoon(timedelta(days=29))},
+                "typo": {"task": "t", "schedule": "@every 5s", "missd": "skip"},
+            }
+        )
+    text = str(caught.value)
+    assert 'schedule "sun": solar schedules are not supported' in text
+    assert 'schedule "moon": EveryFullMoon is a custom schedule class' in text
+    assert 'schedule "typo": unknown key "missd"' in text
+    assert len(caught.value.problems) == 3
+
+
+def test_non_schedule_objects_are_refused() -> None:
+    class Weird:
+        def is_due(self) -> None: ...
+        def remaining_estimate(self) -> None: ...
+
+    with pytest.raises(ConfigError, match="Weird is a custom schedule class"):
+        _definitions({"x": {"task": "t", "schedule": Weird()}})
+
+
+def test_default_missed_policy_comes_from_settings() -> None:
+    app = Celery("edge", set_as_current=False)
+    app.conf.beat_schedule = {"a": {"task": "t", "schedule": 60}}
+    app.conf.durable_beat_default_missed = "backfill"
+    (d,) = definitions_from_app(app, Settings.from_conf(app.conf, environ={}))
+    assert d.missed is MissedPolicy.BACKFILL
+
+
+def test_url_from_the_environment_wins() -> None:
+    app = Celery("edge", set_as_current=False)
+    app.conf.durable_beat_url = "sqlite:///from-conf.sqlite3"
+    env = {"DURABLE_BEAT_URL": "postgresql://beat@db/beat"}
+    assert Settings.from_conf(app.conf, environ=env).url == "postgresql://beat@db/beat"
+    assert Settings.from_conf(app.conf, environ={}).url == "sqlite:///from-conf.sqlite3"
+
+
+def test_beat_schedule_must_be_a_dict() -> None:
+    app = Celery("edge", set_as_current=False)
+    app.conf.beat_schedule = [("a", {})]
+    with pytest.raises(ConfigError, match="is not a dict"):
+        definitions_from_app(app, Settings.from_conf(app.conf, environ={}))
