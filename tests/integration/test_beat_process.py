@@ -135,6 +135,8 @@ def test_restart_continues_with_no_gap_and_no_duplicate(rig_factory: Any) -> Non
 
 def test_skip_policy_after_kill_9_records_the_dropped_ticks(rig_factory: Any) -> None:
     rig = rig_factory({"s": {"task": "beatapp.record", "schedule": "@every 1s", "missed": "skip"}})
+    rig.env["BEAT_INSTALL"] = "1"  # a kill between publish and audit may publish a tick twice
+    rig.env["BEAT_LEASE_TTL"] = "3"  # the killed beat's lease must lapse before the next leads
     rig.worker()
     beat = rig.beat("beat-a")
     wait_until(lambda: len(rig.ticks()) >= 2, 45, "2 ticks")
@@ -172,3 +174,38 @@ def test_invalid_config_exits_non_zero_listing_every_error(rig_factory: Any) -> 
     assert code != 0
     assert 'tz "Bogota" is not an IANA zone; use e.g. "America/Bogota"' in out
     assert 'schedule "broken"' in out and "missed" in out and "not a valid cron" in out
+
+
+def test_run_once_policy_after_kill_9_fires_the_earliest_missed_tick(rig_factory: Any) -> None:
+    rig = rig_factory(
+        {"s": {"task": "beatapp.record", "schedule": "@every 1s", "missed": "run_once"}}
+    )
+    rig.env["BEAT_INSTALL"] = "1"
+    rig.env["BEAT_LEASE_TTL"] = "3"
+    rig.worker()
+    beat = rig.beat("beat-a")
+    wait_until(lambda: len(rig.ticks()) >= 2, 45, "2 ticks")
+    beat.signal(signal.SIGKILL)
+    beat.proc.wait(timeout=10)
+    store = SqlStore(rig.pg_url)
+    try:
+        stopped_at = store.now_ms()
+        wait_until(lambda: store.now_ms() - stopped_at > 4000, 10, "4 s of downtime")
+        last_before = max(_executed(rig))
+        rig.beat("beat-b")
+        wait_until(
+            lambda: len([t for t in _executed(rig) if t > stopped_at + 4000]) >= 1,
+            45,
+            "a tick planned after the restart",
+        )
+        dropped = wait_until(
+            lambda: [e for e in store.history("s", 50) if e.reason == "missed"],
+            20,
+            "a skipped/missed record",
+        )
+    finally:
+        store.close()
+    after = sorted(t for t in _executed(rig) if t > last_before)
+    assert after[0] == last_before + 1000, "run_once fires the earliest missed tick"
+    assert after[1] - after[0] >= 3000, "the rest of the outage was dropped, not fired"
+    assert dropped[0].detail["count"] == (after[1] - after[0]) // 1000 - 1

@@ -1,7 +1,8 @@
 """The Celery app the process tests run: config from the environment, ticks logged as JSON lines.
 
 Environment: ``BEAT_BROKER``, ``DURABLE_BEAT_URL``, ``BEAT_SCHEDULE`` (JSON of beat_schedule),
-``TICKS_FILE`` (where the worker appends one JSON line per executed task).
+``TICKS_FILE`` (where the worker appends one JSON line per executed task), ``BEAT_INSTALL``
+(set: the app calls ``install(app)``; unset, every delivery executes, so tests see what beat sent).
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ app.conf.update(
 )
 if os.environ.get("BEAT_LEASE_URL"):
     app.conf.durable_beat_lease_url = os.environ["BEAT_LEASE_URL"]
+if os.environ.get("BEAT_INSTALL"):
+    # The worker side: a tick published twice (kill -9 between publish and audit) runs once.
+    from celery_durable_beat import install
+
+    install(app)
 
 
 @app.task(name="beatapp.record", bind=True)
