@@ -82,6 +82,8 @@ class CeleryProcess:
 class ThrowawayRedis:
     """A redis-server of our own on a free port, to stop and start at will."""
 
+    persistence: tuple[str, ...] = ("--appendonly", "no")
+
     def __init__(self) -> None:
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="tredis-")
@@ -100,8 +102,7 @@ class ThrowawayRedis:
                 "127.0.0.1",
                 "--save",
                 "",
-                "--appendonly",
-                "no",
+                *self.persistence,
                 "--dir",
                 self.dir,
             ],

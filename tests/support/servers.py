@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.support.procs import ThrowawayRedis, free_port, wait_until
+from tests.support.procs import ThrowawayRedis, free_port
 
 
 def _pg_bindir() -> Path:
@@ -87,26 +87,4 @@ class ThrowawayPostgres:
 class PersistentRedis(ThrowawayRedis):
     """A throwaway redis-server that fsyncs an append-only file, so a restart keeps its data."""
 
-    def start(self) -> None:
-        binary = shutil.which("redis-server")
-        assert binary, "redis-server is not installed (scripts/services.py installs it)"
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "yes",
-                "--appendfsync",
-                "always",
-                "--dir",
-                self.dir,
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_until(self._answers, 10, f"redis on port {self.port}")
+    persistence = ("--appendonly", "yes", "--appendfsync", "always")
