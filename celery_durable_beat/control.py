@@ -266,7 +266,7 @@ class DurableBeat:
         now = store.now_ms()
         # Never at or before a tick that already fired (a skewed SQLite host clock, say).
         tick = next_tick(record.definition.spec, max(now, record.last_tick_ms or now))
-        due = next_due_ms(record.name, tick, record.definition.jitter)
+        due = next_due_ms(record.name, record.definition, tick)
         updated = store.set_state(record.name, ScheduleState.ACTIVE, now, tick, due)
         return schedule_view(updated)
 

@@ -18,16 +18,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from celery_durable_beat import faults
-from celery_durable_beat.ids import jitter_offset_ms, tick_task_id
+from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import (
     OWN_FAULT_REASONS,
     Action,
+    Definition,
     Outcome,
     Reason,
     ScheduleState,
     Trigger,
 )
-from celery_durable_beat.policy import Plan, plan
+from celery_durable_beat.policy import Plan, dispatch_offset_ms, plan
 from celery_durable_beat.schedules.render import render
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, Store
 
@@ -108,9 +109,9 @@ class _Result:
     failure: Reason | None
 
 
-def next_due_ms(name: str, tick_ms: int, jitter: float) -> int:
-    """When a tick is dispatched: its instant plus the deterministic jitter."""
-    return tick_ms + jitter_offset_ms(name, tick_ms, jitter)
+def next_due_ms(name: str, definition: Definition, tick_ms: int) -> int:
+    """When a tick is dispatched: its instant plus the deterministic, bounded jitter."""
+    return tick_ms + dispatch_offset_ms(name, definition.spec, tick_ms, definition.jitter)
 
 
 def tick_message(due: DueSchedule, tick_ms: int) -> TickMessage:
@@ -315,7 +316,7 @@ def _plan_one(due: DueSchedule, now_ms: int) -> _Work:
         d.missed,
         d.backfill_max,
         lateness,
-        lambda tick: jitter_offset_ms(due.name, tick, d.jitter),
+        lambda tick: dispatch_offset_ms(due.name, d.spec, tick, d.jitter),
     )
     return _Work(due, result, [tick_message(due, t) for t in result.fire])
 
@@ -365,7 +366,7 @@ def _advance(
         schedule_id=due.id,
         expected_next_tick_ms=due.next_tick_ms,
         next_tick_ms=next_tick,
-        next_due_ms=next_due_ms(due.name, next_tick, due.definition.jitter),
+        next_due_ms=next_due_ms(due.name, due.definition, next_tick),
         last_tick_ms=last_fired if last_fired is not None else due.last_tick_ms,
         last_outcome=own[-1].outcome if own else None,
         failures=0,

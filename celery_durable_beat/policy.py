@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from celery_durable_beat.ids import jitter_offset_ms
 from celery_durable_beat.model import MissedPolicy, Reason
 from celery_durable_beat.schedules.occurrences import (
     MAX_ENUMERATION,
@@ -79,12 +80,28 @@ def plan(
     head = [next_tick_ms, *ticks_between(spec, next_tick_ms, now_ms, MAX_ENUMERATION - 1)]
     following = next_tick(spec, head[-1])
     if following > now_ms:
+        if jitter_ms is not None:
+            head, following = _jittered_due(head, following, now_ms, jitter_ms)
+            if not head:
+                return Plan((), next_tick_ms)
         fire, missed_ticks = _choose(head, missed, backfill_max)
         dropped = _summary(missed_ticks)
         upcoming = following
     else:
         fire, dropped, upcoming = _choose_overflow(spec, head, now_ms, missed, backfill_max)
     return _apply_lateness(fire, upcoming, dropped, now_ms, max_lateness_ms, jitter_ms)
+
+
+def _jittered_due(
+    head: list[int], following: int, now_ms: int, jitter_ms: Callable[[int], int]
+) -> tuple[list[int], int]:
+    """With jitter a tick is due at ``tick + offset``: the due ticks stop at the first one whose
+    dispatch instant is still ahead, which becomes the next planned tick. (Past the enumeration
+    bound, jitter is ignored: after an outage that long every tick is late anyway.)"""
+    for index, tick in enumerate(head):
+        if tick + jitter_ms(tick) > now_ms:
+            return head[:index], tick
+    return head, following
 
 
 def _choose(
@@ -167,6 +184,19 @@ def latest_ticks(spec: ScheduleSpec, floor_ms: int, now_ms: int, k: int) -> list
             too_wide = wide
             wide = (narrow + wide) // 2
     raise ValueError(f"no window of {k} ticks found before {now_ms}")  # pragma: no cover
+
+
+def dispatch_offset_ms(name: str, spec: ScheduleSpec, tick_ms: int, jitter: float) -> int:
+    """The deterministic jitter of a tick, kept below the gap to the following tick.
+
+    Bounded like Temporal's and APScheduler's jitter, so dispatch instants keep the ticks' own
+    order: a jitter larger than a schedule's period would otherwise make the next tick due
+    before this one is dispatched, and ``skip`` would drop it as missed.
+    """
+    if jitter <= 0:
+        return 0
+    gap_ms = next_tick(spec, tick_ms) - tick_ms - 1
+    return jitter_offset_ms(name, tick_ms, min(jitter, gap_ms / 1000))
 
 
 def _apply_lateness(

@@ -15,8 +15,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
 
 from celery_durable_beat.exceptions import InvalidArgument, ScheduleNotFound
-from celery_durable_beat.ids import jitter_offset_ms
 from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
+from celery_durable_beat.policy import dispatch_offset_ms
 from celery_durable_beat.store.base import (
     ScheduleRecord,
     StoredEvent,
@@ -118,7 +118,7 @@ def _plan(definition: Definition, first_tick_ms: int) -> dict[str, Any]:
             "next_due_ms": None,
             "failures": 0,
         }
-    offset = jitter_offset_ms(definition.name, first_tick_ms, definition.jitter)
+    offset = dispatch_offset_ms(definition.name, definition.spec, first_tick_ms, definition.jitter)
     return {
         "state": ScheduleState.ACTIVE.value,
         "next_tick_ms": first_tick_ms,
@@ -290,28 +290,48 @@ def find_enqueued(conn: Connection, task_id: str) -> StoredEvent | None:
     return None if row is None else to_event(row)
 
 
+_NO_TICK = 2**62
+"""Above every tick: a schedule without a next tick protects none of its records."""
+
+
 def prune_history(conn: Connection, names: Sequence[str], keep: int) -> int:
-    """One DELETE per schedule below the id of its ``keep``-th newest event."""
+    """One DELETE per schedule below the id of its ``keep``-th newest event.
+
+    Two kinds of record survive whatever ``keep`` says, because the round relies on them: the
+    newest automatic ``enqueued`` record (the overlap gate finds the previous run through it), and
+    every record at or after the schedule's next tick (the dedup proof of a tick whose advance has
+    not landed yet).
+    """
     if keep < 0:
         raise InvalidArgument(f"keep must be 0 or more; got {keep}")
     removed = 0
     for key in sorted({name_key(name) for name in names}):
-        if keep == 0:
-            result = conn.execute(delete(audit).where(audit.c.schedule_key == key))
-        else:
-            threshold = (
-                select(audit.c.id)
-                .where(audit.c.schedule_key == key)
-                .order_by(audit.c.id.desc())
-                .offset(keep - 1)
-                .limit(1)
-                .scalar_subquery()
-            )
-            result = conn.execute(
-                delete(audit).where(audit.c.schedule_key == key, audit.c.id < threshold)
-            )
+        result = conn.execute(delete(audit).where(*_prunable(key, keep)))
         removed += result.rowcount
     return removed
+
+
+def _prunable(key: str, keep: int) -> list[Any]:
+    own = audit.c.schedule_key == key
+    newest_enqueued = (
+        select(func.max(audit.c.id))
+        .where(own, ENQUEUED, audit.c.trigger == Trigger.AUTO.value)
+        .scalar_subquery()
+    )
+    next_tick = (
+        select(schedules.c.next_tick_ms).where(schedules.c.name_key == key).scalar_subquery()
+    )
+    conditions = [
+        own,
+        audit.c.id != func.coalesce(newest_enqueued, -1),
+        audit.c.tick_ms < func.coalesce(next_tick, _NO_TICK),
+    ]
+    if keep > 0:
+        threshold = (
+            select(audit.c.id).where(own).order_by(audit.c.id.desc()).offset(keep - 1).limit(1)
+        ).scalar_subquery()
+        conditions.append(audit.c.id < threshold)
+    return conditions
 
 
 def counts_by_state(conn: Connection) -> dict[str, int]:

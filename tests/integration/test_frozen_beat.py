@@ -100,3 +100,12 @@ def test_bad_duration_is_explained(beat_factory) -> None:  # type: ignore[no-unt
     beat = beat_factory(_app({}), "2026-01-01T00:00:00Z")
     with pytest.raises(ValueError, match="not understood"):
         beat.advance("3 weeks")
+
+
+def test_jitter_delays_dispatch_but_loses_no_tick(beat_factory) -> None:  # type: ignore[no-untyped-def]
+    app = _app({"j": {"task": "t", "schedule": "@every 60s", "jitter": 120}})
+    beat = beat_factory(app, "2026-06-01T00:00:00Z")
+    ticks = beat.advance("1h")
+    assert len(ticks) == 60  # a jitter above the period is bounded by the gap to the next tick
+    assert [t.tick_ms for t in ticks] == sorted({t.tick_ms for t in ticks})
+    assert all(t.task_id.startswith("j@") for t in ticks)

@@ -519,9 +519,21 @@ def test_prune_history_keeps_the_newest_per_schedule(store: SqlStore) -> None:
     assert [event.tick_ms for event in store.history("job", limit=50)] == [11, 10, 9, 8, 7]
     assert len(store.history("other", limit=50)) == 3
     assert store.prune_history(["job"], keep=5) == 0
-    assert store.prune_history(["job"], keep=0) == 5
+    assert store.prune_history(["job"], keep=0) == 4  # the newest enqueued record stays
+    assert [event.tick_ms for event in store.history("job", limit=50)] == [11]
     with pytest.raises(InvalidArgument):
         store.prune_history(["job"], keep=-1)
+
+
+def test_prune_history_keeps_what_the_round_relies_on(store: SqlStore) -> None:
+    add(store, "job", 100)  # next tick 100: records at or after it prove a pending tick
+    skipped = AuditEvent("job", 0, None, Trigger.AUTO, Outcome.SKIPPED, reason="overlap")
+    store.record([enqueued("job", 50), enqueued("job", 100), enqueued("job", 101)], epoch=0)
+    store.record([skipped] * 5, epoch=0)  # a blocked skip schedule writes one per round
+    store.prune_history(["job"], keep=2)
+    kept = [(e.tick_ms, e.outcome.value) for e in store.history("job", limit=50)]
+    assert (100, "enqueued") in kept and (101, "enqueued") in kept
+    assert (50, "enqueued") not in kept  # before the next tick and not the newest: prunable
 
 
 def test_counts_by_state_lists_every_state(store: SqlStore) -> None:

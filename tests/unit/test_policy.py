@@ -371,3 +371,27 @@ def test_backfill_of_a_daily_cron_down_for_three_years() -> None:
     assert result.dropped == (
         Dropped(Reason.MISSED, len(due) - MAX_ENUMERATION, due[0], due[-MAX_ENUMERATION - 1]),
     )
+
+
+def test_jitter_larger_than_the_interval_drops_nothing_in_normal_operation() -> None:
+    """A tick is due at tick + offset: the round at one tick's dispatch instant must not treat
+    a later tick whose own dispatch instant is still ahead as missed."""
+    from celery_durable_beat.policy import dispatch_offset_ms
+    from celery_durable_beat.schedules.spec import IntervalSpec
+
+    spec = IntervalSpec(60_000)
+
+    def offset(tick: int) -> int:
+        return dispatch_offset_ms("j", spec, tick, 120.0)
+
+    fired: list[int] = []
+    next_tick_ms = 60_000
+    for _ in range(60):  # a punctual beat: each round at the next tick's dispatch instant
+        now = next_tick_ms + offset(next_tick_ms)
+        result = plan(spec, next_tick_ms, now, MissedPolicy.SKIP, jitter_ms=offset)
+        assert result.dropped == ()
+        fired.extend(result.fire)
+        next_tick_ms = result.next_tick_ms
+    assert fired == [60_000 * (i + 1) for i in range(60)]
+    assert max(offset(60_000 * (i + 1)) for i in range(60)) < 60_000  # bounded by the gap
+    assert dispatch_offset_ms("j", spec, 60_000, 0) == 0
