@@ -105,7 +105,9 @@ def test_bad_duration_is_explained(beat_factory) -> None:  # type: ignore[no-unt
 def test_jitter_delays_dispatch_but_loses_no_tick(beat_factory) -> None:  # type: ignore[no-untyped-def]
     app = _app({"j": {"task": "t", "schedule": "@every 60s", "jitter": 120}})
     beat = beat_factory(app, "2026-06-01T00:00:00Z")
-    ticks = beat.advance("1h")
-    assert len(ticks) == 60  # a jitter above the period is bounded by the gap to the next tick
-    assert [t.tick_ms for t in ticks] == sorted({t.tick_ms for t in ticks})
-    assert all(t.task_id.startswith("j@") for t in ticks)
+    ticks = [t.tick_ms for t in beat.advance("1h")]
+    # a jitter above the period is bounded by the gap to the next tick: every tick fires, in
+    # order (the last one or two may be dispatched just after the hour)
+    assert len(ticks) >= 58
+    assert ticks == list(range(ticks[0], ticks[-1] + 1, 60_000))
+    assert not [e for e in beat.store.history("j", 100) if e.outcome.value == "skipped"]
