@@ -304,7 +304,7 @@ class DurableBeat:
             return TriggerResult(task_id, created=False)
         message = manual_message(record, task_id, store.now_ms(), overrides)
         with self.publisher.session() as session:
-            reason = session.publish(message)
+            reason = session.publish(message) or session.confirm()  # delivered, not buffered
         outcome = Outcome.ENQUEUED if reason is None else Outcome.FAILED
         self._record_manual(record, message, outcome, None if reason is None else reason.value)
         if reason is not None:

@@ -155,11 +155,13 @@ class Dispatcher:
             stats.claimed = len(claim.schedules)
             if not claim.schedules:
                 return stats
-            work = [_plan_one(due, now_ms) for due in claim.schedules]
+            work, broken = _plan_all(claim.schedules, now_ms)
             ids = [t.task_id for w in work for t in w.ticks]
             existing = claim.enqueued_task_ids(ids) if ids else set()
             advances = self._publish_all(work, existing, now_ms, stats)
+            advances += [_quarantine_unplannable(due, now_ms, stats) for due in broken]
             claim.record(stats.events, epoch)
+        self._after_claim()
         faults.point("after_audit")
         applied = self.store.advance(advances, epoch)
         stats.conflicts = applied.count(False)
@@ -170,6 +172,13 @@ class Dispatcher:
                 extra={"action": Action.ADVANCE_CONFLICT.value},
             )
         return stats
+
+    def _after_claim(self) -> None:
+        """Gate side effects that write (``replace`` revokes) run once the claim has committed:
+        on SQLite the claim holds the only write lock until then."""
+        flush = getattr(self.gate, "flush", None)
+        if flush is not None:
+            flush()
 
     def _publish_all(
         self, work: Sequence[_Work], existing: set[str], now_ms: int, stats: RoundStats
@@ -304,6 +313,42 @@ class Dispatcher:
             failures=failures,
             state=state,
         )
+
+
+def _plan_all(
+    schedules: Sequence[DueSchedule], now_ms: int
+) -> tuple[list[_Work], list[DueSchedule]]:
+    """Plan each schedule on its own: one that cannot be planned never stops the others."""
+    work: list[_Work] = []
+    broken: list[DueSchedule] = []
+    for due in schedules:
+        try:
+            work.append(_plan_one(due, now_ms))
+        except Exception as exc:
+            log.error(
+                "schedule %s quarantined: it cannot be planned (%s)",
+                due.name,
+                type(exc).__name__,
+                extra={"action": Action.QUARANTINED.value, "schedule": due.name},
+            )
+            broken.append(due)
+    return work, broken
+
+
+def _quarantine_unplannable(due: DueSchedule, now_ms: int, stats: RoundStats) -> Advance:
+    stats.events.append(
+        _event(due, due.next_tick_ms, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
+    )
+    return Advance(
+        schedule_id=due.id,
+        expected_next_tick_ms=due.next_tick_ms,
+        next_tick_ms=due.next_tick_ms,
+        next_due_ms=None,
+        last_tick_ms=due.last_tick_ms,
+        last_outcome=Outcome.SKIPPED,
+        failures=due.failures,
+        state=ScheduleState.QUARANTINED,
+    )
 
 
 def _plan_one(due: DueSchedule, now_ms: int) -> _Work:

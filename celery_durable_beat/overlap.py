@@ -27,6 +27,7 @@ from typing import Any
 
 from celery_durable_beat.claims import RedisClaims
 from celery_durable_beat.dispatch import TickMessage
+from celery_durable_beat.exceptions import StoreError
 from celery_durable_beat.model import Action, OverlapPolicy, Reason, Trigger
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import (
@@ -69,6 +70,7 @@ class OverlapGate:
         self.keep_ms = round(settings.dedup_ttl * 1000)
         self._due: DueSchedule | None = None
         self._let_through: tuple[str, int] | None = None
+        self._revokes: list[tuple[str, str, int]] = []
 
     def close(self) -> None:
         """Release the run store's pool and the Redis client; idempotent."""
@@ -96,7 +98,7 @@ class OverlapGate:
             )
             return Reason.OVERLAP
         if previous is not None:
-            self._revoke(due, *previous)
+            self._revokes.append((due.name, *previous))
             log.info(
                 "%s replaces %s, which had not finished",
                 message.task_id,
@@ -120,8 +122,17 @@ class OverlapGate:
             return None
         return prev.task_id, prev.tick_ms
 
-    def _revoke(self, due: DueSchedule, task_id: str, tick_ms: int) -> None:
-        key = RunKey(task_id, due.name, tick_ms, Trigger.AUTO.value)
+    def flush(self) -> None:
+        """Revoke the runs ``replace`` displaced this round; called after the claim commits."""
+        revokes, self._revokes = self._revokes, []
+        for schedule, task_id, tick_ms in revokes:
+            try:
+                self._revoke(schedule, task_id, tick_ms)
+            except StoreError as exc:
+                log.warning("could not mark %s revoked (%s)", task_id, type(exc).__name__)
+
+    def _revoke(self, schedule: str, task_id: str, tick_ms: int) -> None:
+        key = RunKey(task_id, schedule, tick_ms, Trigger.AUTO.value)
         self.runs.mark_revoked(key, REVOKER, self.keep_ms)
         if self.redis is not None:
             try:

@@ -77,7 +77,9 @@ def upsert(
     - config sync never touches an API-created schedule (SPEC §3): a ``config`` upsert of a name
       owned by ``api`` is ``unchanged`` and writes nothing; ``source`` never changes;
     - re-activating an archived, otherwise unchanged schedule keeps its version (its definition
-      did not change) and reports ``updated`` (its state did).
+      did not change) and reports ``updated`` (its state did);
+    - a schedule paused by an operator stays paused through a changed definition, unless the
+      change is to ``enabled`` itself.
     """
     key = _storable_key(definition.name)
     digest = definition.definition_hash()
@@ -127,6 +129,15 @@ def _plan(definition: Definition, first_tick_ms: int) -> dict[str, Any]:
     }
 
 
+def _operator_paused(row: Row[Any], definition: Definition) -> bool:
+    """A pause from the CLI/API survives a changed definition unless ``enabled`` itself changed
+    (config's own way to pause or resume); archived schedules come back active as SPEC §3 says."""
+    if row.state != ScheduleState.PAUSED.value:
+        return False
+    was_enabled = bool((row.definition or {}).get("enabled", True))
+    return was_enabled == definition.enabled
+
+
 def _insert(
     conn: Connection,
     definition: Definition,
@@ -173,6 +184,9 @@ def _update(
     if (source is Source.CONFIG and row.source == Source.API.value) or (same and not archived):
         return UpsertResult(row.name, "unchanged", row.version)
     version = row.version if same else row.version + 1
+    planned = _plan(definition, first_tick_ms)
+    if _operator_paused(row, definition):
+        planned.update(state=ScheduleState.PAUSED.value, next_due_ms=None)
     conn.execute(
         update(schedules)
         .where(schedules.c.id == row.id)
@@ -182,7 +196,7 @@ def _update(
             definition_hash=digest,
             version=version,
             updated_at_ms=now_ms,
-            **_plan(definition, first_tick_ms),
+            **planned,
         )
     )
     return UpsertResult(definition.name, "updated", version)

@@ -74,7 +74,8 @@ def _pg_engine(url: URL) -> Engine:
     if "application_name" not in url.query:
         connect_args["application_name"] = "celery_durable_beat"
     # pre_ping: after a database restart the pool would otherwise hand out dead connections.
-    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    # hide_parameters: bound values (definitions, kwargs) never reach error text or logs.
+    return create_engine(url, pool_pre_ping=True, hide_parameters=True, connect_args=connect_args)
 
 
 def _is_memory(url: URL) -> bool:
@@ -92,7 +93,10 @@ def _sqlite_engine(url: URL) -> Engine:
                 f"the durable beat store {shown} cannot be opened: the folder {folder} does not "
                 "exist; create it or point durable_beat_url elsewhere"
             )
-    options: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+    options: dict[str, Any] = {
+        "connect_args": {"check_same_thread": False},
+        "hide_parameters": True,
+    }
     if memory:
         # One shared connection, or every pooled connection would see its own empty database.
         options["poolclass"] = StaticPool

@@ -14,6 +14,7 @@ schedule row settles any write that races an epoch change.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,11 +25,13 @@ from sqlalchemy.sql.elements import BindParameter
 
 from celery_durable_beat.clock import SystemClock
 from celery_durable_beat.exceptions import InvalidArgument, StaleEpoch
-from celery_durable_beat.model import Definition, ScheduleState
+from celery_durable_beat.model import Action, Definition, ScheduleState
 from celery_durable_beat.store import sql_schema
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, iter_chunks
 from celery_durable_beat.store.sql_engine import IN_CHUNK
 from celery_durable_beat.store.tables import ENQUEUED, FENCE_ID, audit, fence, schedules
+
+log = logging.getLogger("celery_durable_beat.store")
 
 PG_NOW = func.floor(extract("epoch", func.clock_timestamp()) * 1000).cast(BigInteger)
 """PostgreSQL's clock in epoch ms; ``clock_timestamp`` moves within a transaction, ``now()`` not."""
@@ -77,18 +80,41 @@ def due(conn: Connection, now_ms: int, limit: int, *, lock: bool) -> list[DueSch
     if lock:
         # Rows another beat holds are skipped, not waited for (rule 2).
         query = query.with_for_update(skip_locked=True)
-    return [
-        DueSchedule(
-            id=row.id,
-            name=row.name,
-            definition=Definition.from_json(row.name, row.definition),
-            version=row.version,
-            next_tick_ms=row.next_tick_ms,
-            last_tick_ms=row.last_tick_ms,
-            failures=row.failures,
+    found: list[DueSchedule] = []
+    for row in conn.execute(query).all():
+        try:
+            definition = Definition.from_json(row.name, row.definition)
+        except (KeyError, TypeError, ValueError) as exc:
+            _quarantine_unreadable(conn, row.id, row.name, exc)
+            continue
+        found.append(
+            DueSchedule(
+                id=row.id,
+                name=row.name,
+                definition=definition,
+                version=row.version,
+                next_tick_ms=row.next_tick_ms,
+                last_tick_ms=row.last_tick_ms,
+                failures=row.failures,
+            )
         )
-        for row in conn.execute(query)
-    ]
+    return found
+
+
+def _quarantine_unreadable(conn: Connection, row_id: int, name: str, exc: Exception) -> None:
+    """A stored definition this version cannot read (a zone gone from tzdata, a downgrade) must
+    not stop every other schedule: it is quarantined until an upsert or resume mends it."""
+    log.error(
+        "schedule %s quarantined: its stored definition cannot be read (%s)",
+        name,
+        type(exc).__name__,
+        extra={"action": Action.QUARANTINED.value, "schedule": name},
+    )
+    conn.execute(
+        update(schedules)
+        .where(schedules.c.id == row_id)
+        .values(state=ScheduleState.QUARANTINED.value, next_due_ms=None)
+    )
 
 
 def check_fence(conn: Connection, epoch: int) -> int:

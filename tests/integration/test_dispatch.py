@@ -200,3 +200,35 @@ def test_batch_size_bounds_a_round(store: FaultyStore) -> None:
 def test_config_source_recorded(store: FaultyStore) -> None:
     sync_definitions(store, _defs(s={"task": "t", "schedule": "@every 1s"}), T0)
     assert store.get("S").source is Source.CONFIG
+
+
+def test_an_unplannable_schedule_is_quarantined_alone(store: FaultyStore) -> None:
+    from sqlalchemy import update
+
+    from celery_durable_beat.store.tables import schedules
+
+    sync_definitions(
+        store,
+        _defs(
+            broken={"task": "t", "schedule": "0 * * * *", "tz": "Europe/Berlin"},
+            fine={"task": "t", "schedule": "@every 1s"},
+        ),
+        T0,
+    )
+    row = store.get("broken")
+    assert row is not None
+    stored = row.definition.to_json()
+    stored["schedule"]["tz"] = "Atlantis/Capital"  # a zone this tzdata does not know
+    with store._get_engine().begin() as conn:
+        conn.execute(
+            update(schedules)
+            .where(schedules.c.id == row.id)
+            .values(definition=stored, next_due_ms=T0, next_tick_ms=T0)
+        )
+    pub = CapturingPublisher()
+    sent = _round(store, pub, T0 + 1_000)
+    assert [m.schedule for m in sent] == ["fine"]
+    broken = store.get("broken")
+    assert broken.state is ScheduleState.QUARANTINED
+    assert store.history("broken", 5)[0].reason == "quarantined"
+    assert [m.schedule for m in _round(store, pub, T0 + 2_000)] == ["fine"]

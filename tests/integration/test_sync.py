@@ -77,3 +77,16 @@ def test_disabled_entry_is_paused(store: SqlStore) -> None:
     )
     off = store.get("off")
     assert off.state is ScheduleState.PAUSED and off.next_due_ms is None
+
+
+def test_an_operator_pause_survives_a_changed_definition(store: SqlStore) -> None:
+    entry = {"task": "t", "schedule": "@every 5s"}
+    sync_definitions(store, validate_entries({"p": entry}), T0)
+    store.set_state("p", ScheduleState.PAUSED, T0 + 1000, next_tick_ms=None)
+    sync_definitions(store, validate_entries({"p": {**entry, "args": [1]}}), T0 + 2000)
+    changed = store.get("p")
+    assert changed.version == 2
+    assert changed.state is ScheduleState.PAUSED and changed.next_due_ms is None
+    sync_definitions(store, validate_entries({"p": {**entry, "args": [1], "enabled": False}}), T0)
+    sync_definitions(store, validate_entries({"p": {**entry, "args": [1], "enabled": True}}), T0)
+    assert store.get("p").state is ScheduleState.ACTIVE  # config toggled enabled: config wins
