@@ -355,10 +355,13 @@ def test_replace_revokes_the_unfinished_previous_tick(
     runs.claim(key(T0 + MINUTE), "w1", 0, MINUTE)
     d = due(OverlapPolicy.REPLACE, T0 + 2 * MINUTE)
     assert gate(d, tick_message(d, T0 + 2 * MINUTE)) is None
+    assert app.control.revoked == []  # revokes wait until the round's claim has committed
+    gate.flush()
     assert app.control.revoked == [(key(T0 + MINUTE).task_id, True)]
     assert _state(runs, key(T0 + MINUTE)) is RunState.STARTED  # the worker records revoked
     # Within the round, a second tick replaces the first, which has not started: revoked now.
     assert gate(d, tick_message(d, T0 + 3 * MINUTE)) is None
+    gate.flush()
     assert app.control.revoked[-1] == (key(T0 + 2 * MINUTE).task_id, True)
     assert _state(runs, key(T0 + 2 * MINUTE)) is RunState.REVOKED
     assert runs.claim(key(T0 + 2 * MINUTE), "w2", 0, MINUTE) is RunState.REVOKED
