@@ -395,3 +395,13 @@ def test_jitter_larger_than_the_interval_drops_nothing_in_normal_operation() -> 
     assert fired == [60_000 * (i + 1) for i in range(60)]
     assert max(offset(60_000 * (i + 1)) for i in range(60)) < 60_000  # bounded by the gap
     assert dispatch_offset_ms("j", spec, 60_000, 0) == 0
+
+
+def test_a_tick_whose_jittered_instant_is_ahead_is_not_due_yet() -> None:
+    from celery_durable_beat.schedules.spec import IntervalSpec
+
+    spec = IntervalSpec(60_000)
+    waiting = plan(spec, 60_000, 61_000, MissedPolicy.SKIP, jitter_ms=lambda _tick: 5_000)
+    assert waiting == Plan((), 60_000)
+    later = plan(spec, 60_000, 125_000, MissedPolicy.SKIP, jitter_ms=lambda tick: 5_000)
+    assert later.fire == (120_000,) and later.next_tick_ms == 180_000
