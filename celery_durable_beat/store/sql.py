@@ -29,7 +29,7 @@ from celery_durable_beat.store.base import (
     StoredEvent,
     UpsertResult,
 )
-from celery_durable_beat.store.sql_engine import BEGIN_OPTION, LazyEngine
+from celery_durable_beat.store.sql_engine import LazyEngine
 from celery_durable_beat.store.tables import FENCE_ID, fence, schedules
 
 if TYPE_CHECKING:
@@ -47,29 +47,12 @@ class SqlStore(LazyEngine):
         # pause) must not keep its due rows locked from the next leader (see sql_lease).
         self._stall_timeout_ms = None if stall_timeout_s is None else round(stall_timeout_s * 1000)
 
-    @contextmanager
-    def _tx(self, *, write: bool = True) -> Iterator[Connection]:
-        """One transaction, committed when the block ends without an exception."""
-        with self._guard(), self._get_engine().connect() as conn:
-            if not write:
-                conn.execution_options(**{BEGIN_OPTION: "read"})
-            with conn.begin():
-                yield conn
-
-    def _read(self, query: Callable[[Connection], T]) -> T:
-        with self._tx(write=False) as conn:
-            return query(conn)
-
     def _single_read(self, query: Callable[[Connection], T]) -> T:
         """One SELECT on PostgreSQL in autocommit: no BEGIN/ROLLBACK round trips (hot path)."""
         if not self._postgres:
             return self._read(query)
         with self._guard(), self._get_engine().connect() as conn:
             return query(conn.execution_options(isolation_level="AUTOCOMMIT"))
-
-    def _write(self, change: Callable[[Connection], T]) -> T:
-        with self._tx() as conn:
-            return change(conn)
 
     # -- time and the round -------------------------------------------------------------------
     def now_ms(self) -> int:

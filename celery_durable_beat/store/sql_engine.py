@@ -9,10 +9,10 @@ so a read-then-write never fails with ``SQLITE_BUSY`` halfway) and ``BEGIN DEFER
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import create_engine, event
 from sqlalchemy import exc as sa_exc
@@ -21,6 +21,8 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
 from celery_durable_beat.exceptions import InvalidArgument, StoreUnavailable
+
+T = TypeVar("T")
 
 PG_CONNECT_TIMEOUT_S = 10
 """How long connecting to PostgreSQL may take: an outage must surface, not hang beat."""
@@ -175,6 +177,23 @@ class LazyEngine:
             # The server ended the session (e.g. psycopg reports an idle-in-transaction timeout
             # as InternalError): the connection is gone, as in an outage.
             raise self._unavailable(exc) from exc
+
+    @contextmanager
+    def _tx(self, *, write: bool = True) -> Iterator[Connection]:
+        """One transaction, committed when the block ends without an exception."""
+        with self._guard(), self._get_engine().connect() as conn:
+            if not write:
+                conn.execution_options(**{BEGIN_OPTION: "read"})
+            with conn.begin():
+                yield conn
+
+    def _read(self, query: Callable[[Connection], T]) -> T:
+        with self._tx(write=False) as conn:
+            return query(conn)
+
+    def _write(self, change: Callable[[Connection], T]) -> T:
+        with self._tx() as conn:
+            return change(conn)
 
     def close(self) -> None:
         """Dispose of the pool; idempotent, and the next call builds a new engine."""

@@ -15,8 +15,7 @@ one per process (after the prefork fork), the beat's overlap gate one on first u
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import and_, bindparam, exists, literal, or_, select, update
@@ -34,7 +33,7 @@ from celery_durable_beat.store.base import (
     RunWrite,
     WriteIf,
 )
-from celery_durable_beat.store.sql_engine import BEGIN_OPTION, LazyEngine
+from celery_durable_beat.store.sql_engine import LazyEngine
 from celery_durable_beat.store.sql_round import HOST_CLOCK, PG_NOW
 from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs
 
@@ -62,18 +61,6 @@ class SqlRunStore(LazyEngine):
         if self._postgres:
             return PG_NOW
         return literal(HOST_CLOCK.now_ms())
-
-    @contextmanager
-    def _tx(self, *, write: bool = True) -> Iterator[Connection]:
-        with self._guard(), self._get_engine().connect() as conn:
-            if not write:
-                conn.execution_options(**{BEGIN_OPTION: "read"})
-            with conn.begin():
-                yield conn
-
-    def _write(self, change: Callable[[Connection], T]) -> T:
-        with self._tx() as conn:
-            return change(conn)
 
     def _insert(self) -> Any:
         return (postgresql.insert if self._postgres else sqlite.insert)(runs)
