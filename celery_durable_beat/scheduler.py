@@ -33,8 +33,8 @@ from celery import beat
 from kombu.exceptions import OperationalError as KombuOperationalError
 from sqlalchemy.engine import make_url
 
+from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.clock import Clock, SystemClock
-from celery_durable_beat.config import definitions_from_app
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import (
     ConfigError,

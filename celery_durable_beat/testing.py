@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.clock import datetime_to_ms, ms_to_datetime
-from celery_durable_beat.config import definitions_from_app
 from celery_durable_beat.dispatch import Dispatcher, TickMessage
 from celery_durable_beat.publish import CapturingPublisher
 from celery_durable_beat.settings import Settings

@@ -65,9 +65,9 @@ def make_gate(app: Any, settings: Settings, store: Store) -> Gate | None:
     Always built (schedules can gain ``overlap`` at any time through the API); it costs nothing
     for ``allow`` schedules, and its store engine and Redis client connect on first use only.
     """
-    from celery_durable_beat.claims import RedisClaims, dedup_redis_url
-    from celery_durable_beat.overlap import OverlapGate
-    from celery_durable_beat.store.sql_runs import SqlRunStore
+    from celery_durable_beat.runs.redis import RedisClaims, dedup_redis_url
+    from celery_durable_beat.runs.sql import SqlRunStore
+    from celery_durable_beat.worker.overlap import OverlapGate
 
     url = dedup_redis_url(app, settings)
     return OverlapGate(app, settings, SqlRunStore(store.url), RedisClaims(url) if url else None)

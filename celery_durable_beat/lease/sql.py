@@ -1,6 +1,6 @@
 """The store lease (the default): the fence row of the SQL store as the leader lease.
 
-The statements and their compare-and-set rules live in ``store/sql_lease.py``; this module keeps
+The statements and their compare-and-set rules live in ``lease/sql_rows.py``; this module keeps
 the ``Lease`` contract (``lease/base.py``) on top of them. Because the lease row *is* the fence
 row, each acquisition raises the store's fencing epoch in the same UPDATE: there is no window in
 which a new leader holds the lease but the store still accepts the old leader's writes.
@@ -15,7 +15,7 @@ from celery_durable_beat.lease.base import LeaseStatus, default_holder, new_toke
 
 if TYPE_CHECKING:
     from celery_durable_beat.lease.base import Lease
-    from celery_durable_beat.store.sql_lease import LeaseRow
+    from celery_durable_beat.lease.sql_rows import LeaseRow
 
 
 @runtime_checkable

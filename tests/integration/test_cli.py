@@ -24,7 +24,7 @@ import pytest
 from celery import Celery
 
 from celery_durable_beat import DurableBeat
-from celery_durable_beat.config import definitions_from_app
+from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.publish import CapturingPublisher
 from celery_durable_beat.settings import Settings

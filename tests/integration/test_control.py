@@ -15,9 +15,9 @@ import pytest
 from celery import Celery
 
 from celery_durable_beat import DurableBeat
-from celery_durable_beat.config import definitions_from_app
+from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.control import ScheduleView, UpsertStatus
-from celery_durable_beat.control_views import EVENT_FIELDS, LIST_FIELDS
+from celery_durable_beat.control.views import EVENT_FIELDS, LIST_FIELDS
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import (
     ConfigError,

@@ -1,6 +1,6 @@
 """Run claims and the overlap gate against the real backends: ``SqlRunStore`` (PostgreSQL and
 SQLite), ``RedisClaims`` and ``OverlapGate``. One test per rule of ``RunStore`` (store/base.py),
-of the Redis scripts (claims.py) and of the gate (overlap.py)."""
+of the Redis scripts (runs/redis.py) and of the gate (worker/overlap.py)."""
 
 from __future__ import annotations
 
@@ -11,23 +11,17 @@ from typing import Any
 
 import pytest
 
-from celery_durable_beat.claims import RedisClaims, dedup_redis_url
 from celery_durable_beat.dispatch import tick_message
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Definition, Outcome, OverlapPolicy, Reason, Trigger
-from celery_durable_beat.overlap import OverlapGate
+from celery_durable_beat.runs.base import RunKey, RunState, RunWrite, WriteIf
+from celery_durable_beat.runs.redis import RedisClaims, dedup_redis_url
+from celery_durable_beat.runs.sql import SqlRunStore
 from celery_durable_beat.schedules.spec import IntervalSpec
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import (
-    AuditEvent,
-    DueSchedule,
-    RunKey,
-    RunState,
-    RunWrite,
-    WriteIf,
-)
+from celery_durable_beat.store.base import AuditEvent, DueSchedule
 from celery_durable_beat.store.sql import SqlStore
-from celery_durable_beat.store.sql_runs import SqlRunStore
+from celery_durable_beat.worker.overlap import OverlapGate
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ from celery.contrib.testing.worker import start_worker
 from celery_durable_beat import install, periodic_origin
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Trigger
-from celery_durable_beat.store.base import RunState
+from celery_durable_beat.runs.base import RunState
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.worker import counters
 from tests.conftest import PG_ADMIN_URL

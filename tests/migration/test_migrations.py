@@ -14,8 +14,8 @@ from sqlalchemy import Column, Integer, MetaData, create_engine, delete, inspect
 from sqlalchemy.engine import Engine
 
 from celery_durable_beat.exceptions import SchemaOutdated
-from celery_durable_beat.store import sql_schema
 from celery_durable_beat.store.sql import SqlStore
+from celery_durable_beat.store.sql import schema as sql_schema
 from celery_durable_beat.store.tables import NAMING_CONVENTION, VERSION_TABLE, fence, metadata
 
 pytestmark = pytest.mark.migration

@@ -12,9 +12,9 @@ import redis
 from celery import Celery
 
 from celery_durable_beat import install
-from celery_durable_beat.store.base import RunState
+from celery_durable_beat.runs.base import RunState
+from celery_durable_beat.runs.sql import SqlRunStore
 from celery_durable_beat.store.sql import SqlStore
-from celery_durable_beat.store.sql_runs import SqlRunStore
 from celery_durable_beat.worker import shared_counters
 from tests.support.procs import REPO, CeleryProcess, read_jsonl, wait_until
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from celery_durable_beat.cli import EXIT_CODES, one_line
-from celery_durable_beat.cli_format import duration_ms, table
-from celery_durable_beat.control_views import decode_cursor, encode_cursor
+from celery_durable_beat.cli.format import duration_ms, table
+from celery_durable_beat.control.views import decode_cursor, encode_cursor
 from celery_durable_beat.exceptions import (
     ConfigError,
     ConfigProblem,

@@ -8,7 +8,7 @@ import pytest
 from celery import Celery
 from celery.schedules import crontab, schedule, solar
 
-from celery_durable_beat.config import definitions_from_app
+from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.exceptions import ConfigError
 from celery_durable_beat.model import MissedPolicy
 from celery_durable_beat.schedules.occurrences import next_tick

@@ -26,9 +26,9 @@ from sqlalchemy.sql.elements import BindParameter
 from celery_durable_beat.clock import SystemClock
 from celery_durable_beat.exceptions import InvalidArgument, StaleEpoch
 from celery_durable_beat.model import Action, Definition, ScheduleState
-from celery_durable_beat.store import sql_schema
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, iter_chunks
-from celery_durable_beat.store.sql_engine import IN_CHUNK
+from celery_durable_beat.store.sql import schema as sql_schema
+from celery_durable_beat.store.sql.engine import IN_CHUNK
 from celery_durable_beat.store.tables import ENQUEUED, FENCE_ID, audit, fence, schedules
 
 log = logging.getLogger("celery_durable_beat.store")

@@ -24,7 +24,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from celery_durable_beat.model import Trigger
-from celery_durable_beat.store.base import (
+from celery_durable_beat.runs.base import (
     FINAL_RUN_STATES,
     PreviousTick,
     RunKey,
@@ -33,12 +33,12 @@ from celery_durable_beat.store.base import (
     RunWrite,
     WriteIf,
 )
-from celery_durable_beat.store.sql_engine import LazyEngine
-from celery_durable_beat.store.sql_round import HOST_CLOCK, PG_NOW
+from celery_durable_beat.store.sql.engine import LazyEngine
+from celery_durable_beat.store.sql.round import HOST_CLOCK, PG_NOW
 from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs
 
 if TYPE_CHECKING:
-    from celery_durable_beat.store.base import RunStore
+    from celery_durable_beat.runs.base import RunStore
 
 T = TypeVar("T")
 

@@ -18,8 +18,8 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from celery_durable_beat.exceptions import InvalidArgument
+from celery_durable_beat.lease import sql_rows as sql_lease
 from celery_durable_beat.model import Definition, ScheduleState, Source
-from celery_durable_beat.store import sql_admin, sql_lease, sql_round, sql_schema
 from celery_durable_beat.store.base import (
     Advance,
     AuditEvent,
@@ -29,7 +29,10 @@ from celery_durable_beat.store.base import (
     StoredEvent,
     UpsertResult,
 )
-from celery_durable_beat.store.sql_engine import LazyEngine
+from celery_durable_beat.store.sql import admin as sql_admin
+from celery_durable_beat.store.sql import round as sql_round
+from celery_durable_beat.store.sql import schema as sql_schema
+from celery_durable_beat.store.sql.engine import LazyEngine
 from celery_durable_beat.store.tables import FENCE_ID, fence, schedules
 
 if TYPE_CHECKING:

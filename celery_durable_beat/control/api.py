@@ -27,9 +27,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from celery_durable_beat.celery_config import app_defaults, translate_entry
 from celery_durable_beat.clock import datetime_to_ms
-from celery_durable_beat.config import app_defaults, translate_entry
-from celery_durable_beat.control_views import (
+from celery_durable_beat.control.views import (
     EventView,
     HistoryPage,
     NextTick,

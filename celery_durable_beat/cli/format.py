@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from celery_durable_beat.control_views import (
+from celery_durable_beat.control.views import (
     EventView,
     HistoryPage,
     NextTick,

@@ -36,8 +36,8 @@ from typing import Any
 from sqlalchemy import BigInteger, extract, func, literal, or_, select, update
 from sqlalchemy.engine import Connection
 
-from celery_durable_beat.store import sql_schema
-from celery_durable_beat.store.sql_round import HOST_CLOCK
+from celery_durable_beat.store.sql import schema as sql_schema
+from celery_durable_beat.store.sql.round import HOST_CLOCK
 from celery_durable_beat.store.tables import FENCE_ID, fence
 
 PG_TX_NOW = func.floor(extract("epoch", func.now()) * 1000).cast(BigInteger)

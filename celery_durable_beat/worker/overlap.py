@@ -25,20 +25,15 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery_durable_beat.claims import RedisClaims
 from celery_durable_beat.dispatch import TickMessage
 from celery_durable_beat.exceptions import StoreError
 from celery_durable_beat.model import Action, OverlapPolicy, Reason, Trigger
+from celery_durable_beat.runs.base import FINAL_RUN_STATES, PreviousTick, RunKey, RunStore
+from celery_durable_beat.runs.redis import RedisClaims
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import (
-    FINAL_RUN_STATES,
-    DueSchedule,
-    PreviousTick,
-    RunKey,
-    RunStore,
-)
+from celery_durable_beat.store.base import DueSchedule
 
-log = logging.getLogger("celery_durable_beat.overlap")
+log = logging.getLogger("celery_durable_beat.worker.overlap")
 
 REVOKER = "beat"
 """The owner recorded on a run the gate revoked before it started."""

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from celery_durable_beat.runs.base import FINAL_RUN_STATES, RunKey, RunState, WriteIf
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import FINAL_RUN_STATES, RunKey, RunState, WriteIf
 
 KEY_PREFIX = "durable_beat:run:"
 COUNTERS_KEY = "durable_beat:counters"

@@ -17,13 +17,8 @@ from sqlalchemy.engine import Connection, Row
 from celery_durable_beat.exceptions import InvalidArgument, ScheduleNotFound
 from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
 from celery_durable_beat.policy import dispatch_offset_ms
-from celery_durable_beat.store.base import (
-    ScheduleRecord,
-    StoredEvent,
-    UpsertResult,
-    iter_chunks,
-)
-from celery_durable_beat.store.sql_engine import IN_CHUNK
+from celery_durable_beat.store.base import ScheduleRecord, StoredEvent, UpsertResult, iter_chunks
+from celery_durable_beat.store.sql.engine import IN_CHUNK
 from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs, schedules
 
 

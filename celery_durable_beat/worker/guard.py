@@ -38,11 +38,11 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from celery_durable_beat.claims import RedisClaims, dedup_redis_url, is_final
 from celery_durable_beat.exceptions import StoreError
 from celery_durable_beat.model import Action
+from celery_durable_beat.runs.base import RunKey, RunState, RunStore, RunWrite, WriteIf
+from celery_durable_beat.runs.redis import RedisClaims, dedup_redis_url, is_final
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import RunKey, RunState, RunStore, RunWrite, WriteIf
 
 log = logging.getLogger("celery_durable_beat.worker")
 

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import click
 from celery.bin.base import CeleryCommand
 
-from celery_durable_beat import cli_format
+from celery_durable_beat.cli import format as cli_format
 from celery_durable_beat.control import DurableBeat
 from celery_durable_beat.exceptions import (
     ConfigError,
