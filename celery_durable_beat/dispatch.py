@@ -19,17 +19,16 @@ from typing import Any, Protocol
 
 from celery_durable_beat import faults
 from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.message import TickMessage, build_message
 from celery_durable_beat.model import (
     OWN_FAULT_REASONS,
     Action,
-    Definition,
     Outcome,
     Reason,
     ScheduleState,
     Trigger,
 )
-from celery_durable_beat.policy import Plan, dispatch_offset_ms, plan
-from celery_durable_beat.schedules.render import render
+from celery_durable_beat.policy import Plan, dispatch_offset_ms, due_ms, plan
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, Store
 
 log = logging.getLogger("celery_durable_beat.dispatch")
@@ -38,20 +37,6 @@ CONFIRM_EVERY = 200
 """Most buffered publishes before the round confirms them with the broker."""
 BACKOFF_BASE_MS = 1000
 BACKOFF_MAX_MS = 60_000
-
-
-@dataclass(frozen=True)
-class TickMessage:
-    """Everything the broker side needs to publish one tick."""
-
-    schedule: str
-    task: str
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
-    options: Mapping[str, Any]
-    task_id: str
-    tick_ms: int
-    trigger: Trigger = Trigger.AUTO
 
 
 class PublishSession(Protocol):
@@ -109,23 +94,9 @@ class _Result:
     failure: Reason | None
 
 
-def next_due_ms(name: str, definition: Definition, tick_ms: int) -> int:
-    """When a tick is dispatched: its instant plus the deterministic, bounded jitter."""
-    return tick_ms + dispatch_offset_ms(name, definition.spec, tick_ms, definition.jitter)
-
-
 def tick_message(due: DueSchedule, tick_ms: int) -> TickMessage:
     """The message of an automatic tick, with placeholders filled from the tick."""
-    d = due.definition
-    return TickMessage(
-        schedule=due.name,
-        task=d.task,
-        args=tuple(render(list(d.args), tick_ms, d.tz)),
-        kwargs=render(dict(d.kwargs), tick_ms, d.tz),
-        options=dict(d.options),
-        task_id=tick_task_id(due.name, tick_ms),
-        tick_ms=tick_ms,
-    )
+    return build_message(due.name, due.definition, tick_ms, tick_task_id(due.name, tick_ms))
 
 
 class Dispatcher:
@@ -411,7 +382,7 @@ def _advance(
         schedule_id=due.id,
         expected_next_tick_ms=due.next_tick_ms,
         next_tick_ms=next_tick,
-        next_due_ms=next_due_ms(due.name, due.definition, next_tick),
+        next_due_ms=due_ms(due.name, due.definition, next_tick),
         last_tick_ms=last_fired if last_fired is not None else due.last_tick_ms,
         last_outcome=own[-1].outcome if own else None,
         failures=0,

@@ -15,6 +15,15 @@ from datetime import datetime, timezone
 _OUTSIDE_KEY = re.compile(r"[^a-z0-9._-]+")
 
 
+def name_key(name: str) -> str:
+    """How schedule names compare: case-insensitively (SPEC §3).
+
+    The one definition of the key that rows, audit records, runs and ``beat_schedule`` entries
+    are matched by; every store backend and the config check call it.
+    """
+    return name.lower()
+
+
 def schedule_key(name: str) -> str:
     """The id-safe key of a schedule name (SPEC §4).
 
@@ -22,7 +31,7 @@ def schedule_key(name: str) -> str:
     anything, ``-`` and the first 8 hex digits of the SHA-1 of the lower-cased name follow, so two
     distinct names never share a key.
     """
-    lowered = name.lower()
+    lowered = name_key(name)
     key = _OUTSIDE_KEY.sub("-", lowered)
     if key != lowered:
         digest = hashlib.sha1(lowered.encode("utf-8"), usedforsecurity=False).hexdigest()
@@ -47,7 +56,7 @@ def manual_task_id(name: str, idempotency_key: str | None = None) -> str:
     if idempotency_key is None:
         suffix = uuid.uuid4().hex
     else:
-        material = f"{name.lower()}\x00{idempotency_key}".encode()
+        material = f"{name_key(name)}\x00{idempotency_key}".encode()
         suffix = hashlib.sha256(material).hexdigest()[:32]
     return f"{schedule_key(name)}@manual-{suffix}"
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from celery_durable_beat.ids import jitter_offset_ms
-from celery_durable_beat.model import MissedPolicy, Reason
+from celery_durable_beat.model import Definition, MissedPolicy, Reason
 from celery_durable_beat.schedules.occurrences import (
     MAX_ENUMERATION,
     count_ticks,
@@ -213,3 +213,13 @@ def _apply_lateness(
     late = [t for t in fire if now_ms - (t + offset(t)) > max_lateness_ms]
     on_time = tuple(t for t in fire if t not in late)
     return Plan(on_time, upcoming, dropped + _summary(late, Reason.TOO_LATE))
+
+
+def due_ms(name: str, definition: Definition, tick_ms: int) -> int:
+    """When a tick is dispatched: its instant plus the deterministic, bounded jitter.
+
+    The one definition of the due instant (``next_due_ms`` of a schedule row): the round, config
+    sync, resume and every store backend call it, so a jittered schedule is due at the same
+    instant whichever path planned it.
+    """
+    return tick_ms + dispatch_offset_ms(name, definition.spec, tick_ms, definition.jitter)

@@ -17,7 +17,7 @@ from typing import Any
 from celery.exceptions import QueueNotFound
 from kombu.exceptions import BatchPublishError, ContentDisallowed, EncodeError, OperationalError
 
-from celery_durable_beat.dispatch import TickMessage
+from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Reason
 
 log = logging.getLogger("celery_durable_beat.publish")

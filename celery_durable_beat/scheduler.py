@@ -31,7 +31,6 @@ from typing import Any
 
 from celery import beat
 from kombu.exceptions import OperationalError as KombuOperationalError
-from sqlalchemy.engine import make_url
 
 from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.clock import Clock, SystemClock
@@ -50,6 +49,7 @@ from celery_durable_beat.publish import CeleryPublisher
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import Store
 from celery_durable_beat.sync import sync_definitions
+from celery_durable_beat.urls import redact_url
 from celery_durable_beat.wiring import make_gate, make_lease, make_store
 
 log = logging.getLogger("celery_durable_beat.scheduler")
@@ -65,14 +65,6 @@ BROKER_ERRORS: tuple[type[Exception], ...] = (
     TimeoutError,
 )
 """Failures that escape the publisher (e.g. taking a broker connection): a broker outage."""
-
-
-def safe_url(url: str) -> str:
-    """The URL with its password hidden, for logs and banners."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return "<unparseable url>"
 
 
 class Scheduler(beat.Scheduler):  # type: ignore[misc]
@@ -126,8 +118,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._install_signal_handlers()
         log.info(
             "durable beat ready: store %s, lease %s, as %s",
-            safe_url(self.store.url),
-            safe_url(self.settings.lease_url) if self.settings.lease_url else "in the store",
+            redact_url(self.store.url),
+            redact_url(self.settings.lease_url) if self.settings.lease_url else "in the store",
             getattr(self.lease, "holder", "sole"),
         )
 
@@ -192,9 +184,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     @property
     def info(self) -> str:
-        lease = safe_url(self.settings.lease_url) if self.settings.lease_url else "store"
+        lease = redact_url(self.settings.lease_url) if self.settings.lease_url else "store"
         return (
-            f"    . store -> {safe_url(self.settings.url)}\n"
+            f"    . store -> {redact_url(self.settings.url)}\n"
             f"    . lease -> {lease} (ttl {self.settings.lease_ttl:g}s)"
         )
 

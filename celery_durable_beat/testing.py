@@ -23,7 +23,8 @@ from typing import Any
 
 from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.clock import datetime_to_ms, ms_to_datetime
-from celery_durable_beat.dispatch import Dispatcher, TickMessage
+from celery_durable_beat.dispatch import Dispatcher
+from celery_durable_beat.message import TickMessage
 from celery_durable_beat.publish import CapturingPublisher
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.sql import SqlStore

@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from celery_durable_beat.dispatch import TickMessage
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem
 from celery_durable_beat.lease.base import Lease
+from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Reason
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import DueSchedule, Store
+from celery_durable_beat.urls import redact_url
 
 
 def make_store(settings: Settings) -> Store:
@@ -38,7 +39,7 @@ def make_lease(settings: Settings, store: Store) -> Lease:
 
 def _redis_lease(url: str, ttl: float, store: Store) -> Lease:
     try:
-        from celery_durable_beat.lease.redis import RedisLease, shown_url
+        from celery_durable_beat.lease.redis import RedisLease
     except ImportError:  # pragma: no cover - depends on the installed extras
         raise _lease_url_problem(
             "a Redis lease needs the redis package: pip install 'celery_durable_beat[redis]'"
@@ -47,7 +48,7 @@ def _redis_lease(url: str, ttl: float, store: Store) -> Lease:
         return RedisLease(url, ttl, epoch_floor=lambda: store.leader_info().epoch)
     except ValueError as exc:
         raise _lease_url_problem(
-            f"{shown_url(url)} is not a Redis URL ({exc}); use e.g. redis://host:6379/0"
+            f"{redact_url(url)} is not a Redis URL ({exc}); use e.g. redis://host:6379/0"
         ) from None
 
 

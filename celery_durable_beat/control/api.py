@@ -43,7 +43,7 @@ from celery_durable_beat.control.views import (
     event_view,
     schedule_view,
 )
-from celery_durable_beat.dispatch import Publisher, TickMessage, next_due_ms
+from celery_durable_beat.dispatch import Publisher
 from celery_durable_beat.exceptions import (
     InvalidArgument,
     OccurrenceSearchError,
@@ -53,11 +53,13 @@ from celery_durable_beat.exceptions import (
     StaleEpoch,
 )
 from celery_durable_beat.ids import format_tick_instant, manual_task_id, tick_task_id
+from celery_durable_beat.message import TickMessage, build_message
 from celery_durable_beat.model import Outcome, ScheduleState, Source, Trigger
+from celery_durable_beat.policy import due_ms
 from celery_durable_beat.publish import CeleryPublisher
 from celery_durable_beat.schedules.describe import describe
 from celery_durable_beat.schedules.occurrences import next_tick
-from celery_durable_beat.schedules.render import render, tick_isoformat
+from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import AuditEvent, ScheduleRecord, Store
@@ -266,7 +268,7 @@ class DurableBeat:
         now = store.now_ms()
         # Never at or before a tick that already fired (a skewed SQLite host clock, say).
         tick = next_tick(record.definition.spec, max(now, record.last_tick_ms or now))
-        due = next_due_ms(record.name, record.definition, tick)
+        due = due_ms(record.name, record.definition, tick)
         updated = store.set_state(record.name, ScheduleState.ACTIVE, now, tick, due)
         return schedule_view(updated)
 
@@ -302,7 +304,9 @@ class DurableBeat:
         store = self.store
         if store.find_enqueued(task_id) is not None:
             return TriggerResult(task_id, created=False)
-        message = manual_message(record, task_id, store.now_ms(), overrides)
+        message = build_message(
+            record.name, record.definition, store.now_ms(), task_id, Trigger.MANUAL, overrides
+        )
         with self.publisher.session() as session:
             reason = session.publish(message) or session.confirm()  # delivered, not buffered
         outcome = Outcome.ENQUEUED if reason is None else Outcome.FAILED
@@ -331,23 +335,6 @@ class DurableBeat:
 
 
 # -- helpers (pure) ---------------------------------------------------------------------------
-def manual_message(
-    record: ScheduleRecord, task_id: str, now_ms: int, overrides: Mapping[str, Any]
-) -> TickMessage:
-    """A manual run's message: placeholders filled from the moment of the run."""
-    d = record.definition
-    return TickMessage(
-        schedule=record.name,
-        task=d.task,
-        args=tuple(render(list(d.args), now_ms, d.tz)),
-        kwargs=render({**d.kwargs, **overrides}, now_ms, d.tz),
-        options=dict(d.options),
-        task_id=task_id,
-        tick_ms=now_ms,
-        trigger=Trigger.MANUAL,
-    )
-
-
 def _check_range(label: str, value: object, bounds: Sequence[int]) -> None:
     low, high = bounds
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

@@ -25,10 +25,10 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from celery_durable_beat.exceptions import LeaseError, StoreError
 from celery_durable_beat.lease.base import LeaseStatus, default_holder, new_token
+from celery_durable_beat.urls import redact_url
 
 if TYPE_CHECKING:
     from celery_durable_beat.lease.base import Lease
@@ -76,20 +76,6 @@ return 0
 """
 
 
-def shown_url(url: str) -> str:
-    """The URL with its password replaced by ``***``, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        user = parts.username or ""
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
-    except ValueError:
-        return "<unparseable url>"
-
-
 class RedisLease:
     """Leadership through a Redis key; expiry by Redis's clock.
 
@@ -109,7 +95,7 @@ class RedisLease:
         client: Any = None,
     ) -> None:
         self.url = url
-        self.shown_url = shown_url(url)
+        self.shown_url = redact_url(url)
         self.ttl_seconds = ttl_seconds
         self.holder = holder or default_holder()
         self.token = token or new_token()

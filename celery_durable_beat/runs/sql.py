@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import and_, bindparam, exists, literal, or_, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
+from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Trigger
 from celery_durable_beat.runs.base import (
     FINAL_RUN_STATES,
@@ -33,7 +33,7 @@ from celery_durable_beat.runs.base import (
     RunWrite,
     WriteIf,
 )
-from celery_durable_beat.store.sql.engine import LazyEngine
+from celery_durable_beat.store.sql.engine import LazyEngine, insert_into
 from celery_durable_beat.store.sql.round import HOST_CLOCK, PG_NOW
 from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs
 
@@ -49,8 +49,9 @@ _UNFINISHED = tuple(s.value for s in RunState if s not in FINAL_RUN_STATES)
 
 
 def _schedule_key(name: str) -> str:
-    """Runs are keyed by the lower-cased name, like audit records (``sql_admin.name_key``)."""
-    return name.lower()[:NAME_LENGTH]
+    """Runs are keyed by the name key, like audit records; cut to the column (a header can
+    carry any name)."""
+    return name_key(name)[:NAME_LENGTH]
 
 
 class SqlRunStore(LazyEngine):
@@ -63,7 +64,7 @@ class SqlRunStore(LazyEngine):
         return literal(HOST_CLOCK.now_ms())
 
     def _insert(self) -> Any:
-        return (postgresql.insert if self._postgres else sqlite.insert)(runs)
+        return insert_into(runs, "postgresql" if self._postgres else "sqlite")
 
     # -- the worker side ----------------------------------------------------------------------
     def _row(self, key: RunKey, state: RunState, owner: str, keep_ms: int) -> Any:

@@ -19,6 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem, OccurrenceSearchError
+from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Definition, MissedPolicy, OverlapPolicy
 from celery_durable_beat.schedules.occurrences import next_tick
 from celery_durable_beat.schedules.spec import (
@@ -70,7 +71,7 @@ def validate_entries(
     definitions: list[Definition] = []
     seen: dict[object, str] = {}
     for name, entry in entries.items():
-        folded = name.lower() if isinstance(name, str) else name  # validate_entry reports others
+        folded = name_key(name) if isinstance(name, str) else name  # validate_entry reports others
         if folded in seen:
             problems.append(
                 ConfigProblem(

@@ -25,8 +25,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery_durable_beat.dispatch import TickMessage
 from celery_durable_beat.exceptions import StoreError
+from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Action, OverlapPolicy, Reason, Trigger
 from celery_durable_beat.runs.base import FINAL_RUN_STATES, PreviousTick, RunKey, RunStore
 from celery_durable_beat.runs.redis import RedisClaims

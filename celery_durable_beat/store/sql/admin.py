@@ -11,25 +11,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import delete, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Row
 
 from celery_durable_beat.exceptions import InvalidArgument, ScheduleNotFound
+from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
-from celery_durable_beat.policy import dispatch_offset_ms
+from celery_durable_beat.policy import due_ms
 from celery_durable_beat.store.base import ScheduleRecord, StoredEvent, UpsertResult, iter_chunks
-from celery_durable_beat.store.sql.engine import IN_CHUNK
+from celery_durable_beat.store.sql.engine import IN_CHUNK, insert_into
 from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs, schedules
-
-
-def name_key(name: str) -> str:
-    """Names are case-insensitive: rows are found by the lower-cased name."""
-    return name.lower()
 
 
 def _storable_key(name: str) -> str:
     """The key of a name about to be stored; the columns hold at most NAME_LENGTH characters."""
-    key = name.lower()
+    key = name_key(name)
     if not name or len(name) > NAME_LENGTH or len(key) > NAME_LENGTH:
         raise InvalidArgument(f"schedule name {name!r} must have 1 to {NAME_LENGTH} characters")
     return key
@@ -115,11 +110,10 @@ def _plan(definition: Definition, first_tick_ms: int) -> dict[str, Any]:
             "next_due_ms": None,
             "failures": 0,
         }
-    offset = dispatch_offset_ms(definition.name, definition.spec, first_tick_ms, definition.jitter)
     return {
         "state": ScheduleState.ACTIVE.value,
         "next_tick_ms": first_tick_ms,
-        "next_due_ms": first_tick_ms + offset,
+        "next_due_ms": due_ms(definition.name, definition, first_tick_ms),
         "failures": 0,
     }
 
@@ -143,9 +137,8 @@ def _insert(
     first_tick_ms: int,
     now_ms: int,
 ) -> bool:
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     stmt = (
-        dialect_insert(schedules)
+        insert_into(schedules, conn.dialect.name)
         .values(
             name=definition.name,
             name_key=key,
@@ -200,7 +193,7 @@ def _update(
 def archive_missing(
     conn: Connection, keep_names: Sequence[str], source: Source, now_ms: int
 ) -> list[str]:
-    keep = {name.lower() for name in keep_names}
+    keep = {name_key(name) for name in keep_names}
     rows = conn.execute(
         select(schedules.c.id, schedules.c.name, schedules.c.name_key).where(
             schedules.c.source == source.value,

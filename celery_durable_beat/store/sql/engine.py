@@ -14,13 +14,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import create_engine, event
+from sqlalchemy import Table, create_engine, event
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
 from celery_durable_beat.exceptions import InvalidArgument, StoreUnavailable
+from celery_durable_beat.urls import redact_url
 
 T = TypeVar("T")
 
@@ -35,6 +37,13 @@ BEGIN_OPTION = "durable_beat_begin"
 
 _SQLITE_BEGIN = {"read": "BEGIN DEFERRED", "write": "BEGIN IMMEDIATE"}
 _PG_ALIASES = ("postgres", "postgresql")
+
+
+def insert_into(table: Table, dialect_name: str) -> Any:
+    """An INSERT of the store's dialect, so ``ON CONFLICT`` clauses can follow: the one place
+    that switches between PostgreSQL's and SQLite's insert constructs."""
+    dialect = postgresql if dialect_name == "postgresql" else sqlite
+    return dialect.insert(table)
 
 
 def normalize_url(url: str) -> URL:
@@ -54,7 +63,7 @@ def normalize_url(url: str) -> URL:
         parsed = parsed.set(drivername="postgresql+psycopg")
     backend = parsed.get_backend_name()
     if backend not in ("postgresql", "sqlite"):
-        shown = parsed.render_as_string(hide_password=True)
+        shown = redact_url(parsed.render_as_string(hide_password=False))
         raise InvalidArgument(
             f"durable_beat_url {shown} uses {backend!r}; the store supports "
             "postgresql://user@host/db and sqlite:///path/to/file.sqlite3"
@@ -90,7 +99,7 @@ def _sqlite_engine(url: URL) -> Engine:
     if not memory and "uri" not in url.query:
         folder = Path(url.database or "").expanduser().absolute().parent
         if not folder.is_dir():
-            shown = url.render_as_string(hide_password=True)
+            shown = redact_url(url.render_as_string(hide_password=False))
             raise StoreUnavailable(
                 f"the durable beat store {shown} cannot be opened: the folder {folder} does not "
                 "exist; create it or point durable_beat_url elsewhere"
@@ -142,7 +151,7 @@ class LazyEngine:
     def __init__(self, url: str) -> None:
         self._url = normalize_url(url)
         self.url = self._url.render_as_string(hide_password=False)
-        self.shown_url = self._url.render_as_string(hide_password=True)
+        self.shown_url = redact_url(self.url)
         self._engine: Engine | None = None
         self._lock = threading.Lock()
 

@@ -19,16 +19,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import ARRAY, BigInteger, String, bindparam, column, extract, func, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import BindParameter
 
 from celery_durable_beat.clock import SystemClock
 from celery_durable_beat.exceptions import InvalidArgument, StaleEpoch
+from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Action, Definition, ScheduleState
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, iter_chunks
 from celery_durable_beat.store.sql import schema as sql_schema
-from celery_durable_beat.store.sql.engine import IN_CHUNK
+from celery_durable_beat.store.sql.engine import IN_CHUNK, insert_into
 from celery_durable_beat.store.tables import ENQUEUED, FENCE_ID, audit, fence, schedules
 
 log = logging.getLogger("celery_durable_beat.store")
@@ -144,7 +144,7 @@ def record(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
     rows = [
         {
             "schedule": event.schedule,
-            "schedule_key": event.schedule.lower(),
+            "schedule_key": name_key(event.schedule),
             "tick_ms": event.tick_ms,
             "task_id": event.task_id,
             "trigger": _value(event.trigger),
@@ -158,9 +158,8 @@ def record(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
         }
         for event in events
     ]
-    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     # A second enqueued event for a task id is dropped by the partial unique index (rule 3).
-    stmt = dialect_insert(audit).on_conflict_do_nothing(
+    stmt = insert_into(audit, conn.dialect.name).on_conflict_do_nothing(
         index_elements=[audit.c.task_id], index_where=ENQUEUED
     )
     conn.execute(stmt, rows)

@@ -17,13 +17,13 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import func, inspect, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
 from celery_durable_beat.exceptions import SchemaOutdated
+from celery_durable_beat.store.sql.engine import insert_into
 from celery_durable_beat.store.tables import FENCE_ID, VERSION_TABLE, fence, metadata
 
-MIGRATIONS = Path(__file__).with_name("migrations")
+MIGRATIONS = Path(__file__).parent.parent / "migrations"
 MIGRATE_HINT = "run: celery -A proj durable-beat migrate"
 
 _LOCK_KEY = 0x64_75_72_61_62_6C_65
@@ -91,9 +91,8 @@ def upgrade(connection: Connection, shown_url: str) -> str:
 
 def seed_fence(connection: Connection) -> None:
     """Make sure the single fence row exists (epoch 0 on a new database)."""
-    dialect_insert = postgresql.insert if connection.dialect.name == "postgresql" else sqlite.insert
     connection.execute(
-        dialect_insert(fence)
+        insert_into(fence, connection.dialect.name)
         .values(id=FENCE_ID, epoch=0)
         .on_conflict_do_nothing(index_elements=[fence.c.id])
     )
