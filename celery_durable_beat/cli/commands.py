@@ -127,6 +127,24 @@ def emit_lines(lines: Iterable[str]) -> None:
         click.echo(line)
 
 
+def emit(as_json: bool, data: Callable[[], Any], text: Callable[[], Iterable[str]]) -> None:
+    """Every verb's output: ``data()`` as JSON with ``--json`` (SPEC §8's shapes), else the
+    lines of ``text()``. Both are callables so only the chosen form is built."""
+    if as_json:
+        emit_json(data())
+    else:
+        emit_lines(text())
+
+
+def lookahead_options(func: F) -> F:
+    """``--count`` and ``--after``, shared by ``show`` and ``next``."""
+    func = click.option("--after", help="Look ahead from this ISO 8601 instant instead of now.")(
+        func
+    )
+    count_help = "How many next ticks (1..100)."
+    return click.option("--count", default=5, show_default=True, help=count_help)(func)
+
+
 def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(func)
 
@@ -172,25 +190,18 @@ def durable_beat(ctx: click.Context) -> None:
 def list_(ctx: click.Context, as_json: bool) -> None:
     """Every schedule with its state, source, next tick and last outcome."""
     views = control(ctx).list()
-    if as_json:
-        emit_json([v.to_json() for v in views])
-    else:
-        emit_lines(cli_format.schedules_table(views))
+    emit(as_json, lambda: [v.to_json() for v in views], lambda: cli_format.schedules_table(views))
 
 
 @durable_beat.command(cls=VerbCommand)
 @click.argument("name")
-@click.option("--count", default=5, show_default=True, help="How many next ticks (1..100).")
-@click.option("--after", help="Look ahead from this ISO 8601 instant instead of now.")
+@lookahead_options
 @json_option
 @click.pass_context
 def show(ctx: click.Context, name: str, count: int, after: str | None, as_json: bool) -> None:
     """One schedule: its settings, the schedule in words and the next ticks in its zone."""
     detail = control(ctx).get(name, count=count, after=parse_after(after))
-    if as_json:
-        emit_json(detail.to_json())
-    else:
-        emit_lines(cli_format.schedule_detail(detail))
+    emit(as_json, detail.to_json, lambda: cli_format.schedule_detail(detail))
 
 
 @durable_beat.command(cls=VerbCommand)
@@ -202,26 +213,23 @@ def show(ctx: click.Context, name: str, count: int, after: str | None, as_json: 
 def history(ctx: click.Context, name: str, limit: int, cursor: str | None, as_json: bool) -> None:
     """Audit records of a schedule, newest first (also after it was deleted)."""
     page = control(ctx).history(name, limit=limit, cursor=cursor)
-    if as_json:
-        emit_json(page.to_json())
-    else:
-        emit_lines(cli_format.history_table(page))
+    emit(as_json, page.to_json, lambda: cli_format.history_table(page))
 
 
 @durable_beat.command(name="next", cls=VerbCommand)
 @click.argument("name")
-@click.option("--count", default=5, show_default=True, help="How many ticks (1..100).")
-@click.option("--after", help="Look ahead from this ISO 8601 instant instead of now.")
+@lookahead_options
 @json_option
 @click.pass_context
 def next_(ctx: click.Context, name: str, count: int, after: str | None, as_json: bool) -> None:
     """The next ticks in the schedule's zone, with the task id each will carry."""
     detail = control(ctx).get(name, count=count, after=parse_after(after))
-    if as_json:
-        emit_json([t.to_json() for t in detail.next])
-    else:
-        view = detail.view
-        emit_lines(cli_format.next_ticks_table(detail.next, view.tz, state=view.state))
+    view = detail.view
+    emit(
+        as_json,
+        lambda: [t.to_json() for t in detail.next],
+        lambda: cli_format.next_ticks_table(detail.next, view.tz, state=view.state),
+    )
 
 
 @durable_beat.command(cls=VerbCommand)
@@ -239,10 +247,7 @@ def trigger(
 ) -> None:
     """Run the schedule's task now; its next tick does not move."""
     result = control(ctx).trigger(name, parse_kwargs(kwargs_json), idempotency_key)
-    if as_json:
-        emit_json(result.to_json())
-    else:
-        click.echo(cli_format.trigger_line(name, result))
+    emit(as_json, result.to_json, lambda: [cli_format.trigger_line(name, result)])
 
 
 def _state_verb(verb: str, past: str, method: Callable[[DurableBeat, str], Any], doc: str) -> None:
@@ -252,10 +257,7 @@ def _state_verb(verb: str, past: str, method: Callable[[DurableBeat, str], Any],
     @click.pass_context
     def command(ctx: click.Context, name: str, as_json: bool) -> None:
         view = method(control(ctx), name)
-        if as_json:
-            emit_json(view.to_json())
-        else:
-            click.echo(cli_format.state_line(past, view))
+        emit(as_json, view.to_json, lambda: [cli_format.state_line(past, view)])
 
 
 _state_verb("pause", "paused", DurableBeat.pause, "Stop ticking until resumed.")
@@ -280,10 +282,7 @@ _state_verb(
 def status(ctx: click.Context, as_json: bool) -> None:
     """Leader, fencing epoch, schedules by state and how many are due now."""
     view = control(ctx).status()
-    if as_json:
-        emit_json(view.to_json())
-    else:
-        emit_lines(cli_format.status_lines(view))
+    emit(as_json, view.to_json, lambda: cli_format.status_lines(view))
 
 
 @durable_beat.command(cls=VerbCommand)
@@ -293,7 +292,4 @@ def migrate(ctx: click.Context, as_json: bool) -> None:
     """Create or upgrade the store's schema to this version's revision."""
     beat = control(ctx)
     revision = beat.migrate()
-    if as_json:
-        emit_json({"revision": revision})
-    else:
-        click.echo(f"schema at revision {revision}")
+    emit(as_json, lambda: {"revision": revision}, lambda: [f"schema at revision {revision}"])
