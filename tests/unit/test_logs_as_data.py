@@ -26,6 +26,7 @@ LOG_METHODS = frozenset(
 )
 LOGGER_NAMES = frozenset({"log", "logger"})
 LOGGER_FACTORIES = frozenset({"getLogger", "get_task_logger", "get_logger"})
+ACTIONS_DOC = PACKAGE_ROOT.parent / "docs" / "high-availability.md"
 
 
 def _last_name(node: ast.expr) -> str | None:
@@ -110,6 +111,39 @@ def test_every_log_call_carries_an_action() -> None:
 def test_every_logger_is_named_so_the_check_sees_it() -> None:
     found = [v for where, source in _modules() for v in _badly_named_loggers(source, where)]
     assert not found, "\n".join(found)
+
+
+def test_every_action_is_documented() -> None:
+    """SPEC §10: ``docs/`` lists the actions, so operators can alert on them."""
+    doc = ACTIONS_DOC.read_text(encoding="utf-8")
+    missing = [action.value for action in Action if f"| `{action.value}` |" not in doc]
+    assert not missing, f"{ACTIONS_DOC.name} does not list {missing}"
+
+
+def test_every_enum_member_has_a_docstring() -> None:
+    """A member's one-line docstring is what tells an operator what the word means."""
+    found = []
+    model = PACKAGE_ROOT / "model.py"
+    for cls in ast.parse(model.read_text(encoding="utf-8")).body:
+        if not isinstance(cls, ast.ClassDef) or not _is_enum(cls):
+            continue
+        for index, node in enumerate(cls.body):
+            if isinstance(node, ast.Assign) and not _string_follows(cls.body, index):
+                found.append(f"{cls.name}.{_last_name(node.targets[0])}")
+    assert not found, f"enum members without a docstring: {found}"
+
+
+def _is_enum(cls: ast.ClassDef) -> bool:
+    return any(_last_name(base) == "Enum" for base in cls.bases)
+
+
+def _string_follows(body: list[ast.stmt], index: int) -> bool:
+    after = body[index + 1] if index + 1 < len(body) else None
+    return (
+        isinstance(after, ast.Expr)
+        and isinstance(after.value, ast.Constant)
+        and isinstance(after.value.value, str)
+    )
 
 
 @pytest.mark.parametrize(
