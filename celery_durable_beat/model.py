@@ -20,54 +20,94 @@ DEFINITION_FORMAT = 1
 
 
 class MissedPolicy(str, Enum):
+    """What fires when more than one occurrence of a schedule is due at once (SPEC §4)."""
+
     SKIP = "skip"
+    """Only the latest due occurrence fires; the older ones are recorded as skipped."""
     RUN_ONCE = "run_once"
+    """One catch-up for the earliest missed occurrence, then on from the next future one."""
     BACKFILL = "backfill"
+    """The ``backfill_max`` most recent due occurrences fire, oldest first."""
 
 
 class OverlapPolicy(str, Enum):
+    """What a new tick does while the schedule's previous run is unfinished (SPEC §6)."""
+
     ALLOW = "allow"
+    """Runs may overlap: the tick is published whatever the previous run is doing."""
     SKIP = "skip"
+    """The tick is not published; it is recorded skipped with reason ``overlap``."""
     REPLACE = "replace"
+    """The tick is published and the unfinished previous run is revoked once it is recorded."""
 
 
 class ScheduleState(str, Enum):
+    """Where a schedule stands; only ``active`` schedules are ever due."""
+
     ACTIVE = "active"
+    """Dispatched when due."""
     PAUSED = "paused"
+    """Stopped by an operator; resuming plans from now, with no replay of the pause."""
     ARCHIVED = "archived"
+    """Gone from config (or archived by hand); kept, with its history, never dispatched."""
     QUARANTINED = "quarantined"
+    """Failed for its own reasons too often, or cannot be read or planned; waits for a fix."""
 
 
 class Source(str, Enum):
+    """Who owns a schedule's definition, so config sync never overwrites the API's."""
+
     CONFIG = "config"
+    """Declared in ``beat_schedule``; config sync creates, updates and archives it."""
     API = "api"
+    """Created through DurableBeat, the CLI or an import; config sync never touches it."""
 
 
 class Trigger(str, Enum):
+    """Why a run was published: its schedule came due, or someone asked for it."""
+
     AUTO = "auto"
+    """A planned occurrence, dispatched by the leader."""
     MANUAL = "manual"
+    """A ``trigger`` call; it moves no next tick and skips the overlap and missed policies."""
 
 
 class Outcome(str, Enum):
+    """What became of one tick, as its audit record says."""
+
     ENQUEUED = "enqueued"
+    """Published and confirmed by the broker."""
     DEDUPLICATED = "deduplicated"
+    """Already enqueued by an earlier round that did not advance; not published again."""
     FAILED = "failed"
+    """The publish failed; the schedule stays on this tick and retries with backoff."""
     SKIPPED = "skipped"
+    """Deliberately not published; the reason says why."""
 
 
 class Reason(str, Enum):
     """Why a tick was not simply enqueued; never raw error text."""
 
     MISSED = "missed"
+    """Dropped by the missed-run policy; one record states how many and the range."""
     TOO_LATE = "too_late"
+    """Dispatched later than the schedule's ``max_lateness`` allows, so not fired."""
     OVERLAP = "overlap"
+    """The previous run was unfinished and the overlap policy held this tick back."""
     QUARANTINED = "quarantined"
+    """The schedule was quarantined at this tick."""
     ALREADY_ENQUEUED = "already_enqueued"
+    """An ``enqueued`` record for this tick already exists (crash after audit)."""
     BROKER_UNAVAILABLE = "broker_unavailable"
+    """The broker did not answer or did not confirm; never counts towards quarantine."""
     PUBLISH_ERROR = "publish_error"
+    """The publish raised something not classified below."""
     SERIALIZATION_ERROR = "serialization_error"
+    """The arguments cannot be serialised: the schedule's own fault."""
     ROUTING_ERROR = "routing_error"
+    """The options name a queue the broker does not know: the schedule's own fault."""
     UNKNOWN_TASK = "unknown_task"
+    """No worker knows the task: the schedule's own fault."""
 
 
 OWN_FAULT_REASONS = frozenset(
@@ -77,23 +117,45 @@ OWN_FAULT_REASONS = frozenset(
 
 
 class Action(str, Enum):
-    """The ``action`` key of every structured log line beat writes."""
+    """The ``action`` key of every structured log line the package writes.
+
+    A unit test holds every log call to one of these; ``docs/operations.md`` lists them all.
+    """
 
     ROUND = "round"
+    """A leader round as a whole (reserved for its summary line; no line uses it yet)."""
     PUBLISH_FAILED = "publish_failed"
+    """A tick's publish failed; the record names the schedule, the task id and the reason."""
+    PUBLISH_RAISED = "publish_raised"
+    """Debug detail of a failed publish: the exception class behind the reason, never its text."""
+    CONFIRM_FAILED = "confirm_failed"
+    """The broker did not confirm a batch of buffered publishes; they are recorded failed."""
     QUARANTINED = "quarantined"
+    """A schedule was quarantined: own-fault failures in a row, or unreadable or unplannable."""
     SYNC = "config_sync"
+    """Config sync: its counts, or a config entry ignored because the API owns that name."""
     LEADERSHIP_GAINED = "leadership_gained"
+    """This beat took the lease and leads from now on."""
     LEADERSHIP_LOST = "leadership_lost"
+    """This beat stopped leading: lost, fenced out, or released at shutdown."""
     STANDBY = "standby"
+    """This beat stands by; logged at start and whenever the leader changes."""
     STORE_UNAVAILABLE = "store_unavailable"
+    """A round or the start failed on the store, the lease backend or the broker; it retries."""
     ADVANCE_CONFLICT = "advance_conflict"
+    """A schedule changed during the round, so its advance was not applied."""
     DUPLICATE_REFUSED = "duplicate_refused"
+    """A worker refused a second delivery of a tick that had already started."""
     DEDUP_UNAVAILABLE = "dedup_unavailable"
+    """The dedup Redis does not answer a worker; ticks run without the dedup check meanwhile."""
     RUN_TRACKING_UNAVAILABLE = "run_tracking_unavailable"
+    """The store does not answer a worker; tasks keep running, their run state kept aside."""
     RUN_TRACKING_RESTORED = "run_tracking_restored"
+    """Run tracking or the dedup state answers again after an outage."""
     OVERLAP_SKIPPED = "overlap_skipped"
+    """A tick was held back because the previous run of its schedule is unfinished."""
     OVERLAP_REPLACED = "overlap_replaced"
+    """The unfinished previous run is revoked in favour of the new tick."""
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from celery.exceptions import QueueNotFound
 from kombu.exceptions import BatchPublishError, ContentDisallowed, EncodeError, OperationalError
 
 from celery_durable_beat.message import TickMessage
-from celery_durable_beat.model import Reason
+from celery_durable_beat.model import Action, Reason
 
 log = logging.getLogger("celery_durable_beat.publish")
 
@@ -90,7 +90,14 @@ class CelerySession:
         try:
             self.batch.flush()
         except self._connection_errors as exc:
-            log.debug("batch delivery raised %s", type(exc).__name__)
+            log.debug(
+                "batch delivery raised %s",
+                type(exc).__name__,
+                extra={
+                    "action": Action.CONFIRM_FAILED.value,
+                    "reason": Reason.BROKER_UNAVAILABLE.value,
+                },
+            )
             self.failed = True
             return Reason.BROKER_UNAVAILABLE
         return None
@@ -112,7 +119,17 @@ class CelerySession:
 
 
 def _failed(message: TickMessage, reason: Reason, exc: BaseException) -> Reason:
-    log.debug("publish %s raised %s", message.task_id, type(exc).__name__)
+    log.debug(
+        "publish %s raised %s",
+        message.task_id,
+        type(exc).__name__,
+        extra={
+            "action": Action.PUBLISH_RAISED.value,
+            "schedule": message.schedule,
+            "task_id": message.task_id,
+            "reason": reason.value,
+        },
+    )
     return reason
 
 

@@ -18,10 +18,16 @@ DEFAULT_URL = "sqlite:///celerybeat-durable.sqlite3"
 URL_ENV = "DURABLE_BEAT_URL"
 PREFIX = "durable_beat_"
 DEFAULT_REDACT = ("password", "secret", "token", "key")
+"""SPEC §2's default for ``durable_beat_redact``, kept so the setting's meaning is fixed now."""
 
 
 class Settings(BaseModel):
-    """Every ``durable_beat_*`` setting with its default."""
+    """Every ``durable_beat_*`` setting with its default.
+
+    ``metrics_port``, ``flower_url`` and ``redact`` are reserved: accepted and validated now so
+    that a config written for a later version does not stop beat at start, but nothing reads
+    them yet (no metrics server, no console links, no redaction of read surfaces).
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -34,8 +40,11 @@ class Settings(BaseModel):
     history_keep: int = Field(100, ge=1)
     sync_config: bool = True
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    """Reserved: the Prometheus port of SPEC §10; no metrics are served yet."""
     flower_url: str | None = None
+    """Reserved: the Flower base URL for console links (SPEC §9); no console reads it yet."""
     redact: tuple[str, ...] = DEFAULT_REDACT
+    """Reserved: key substrings whose values SPEC §2 hides; nothing is redacted by it yet."""
     quarantine_after: int = Field(5, ge=1)
     dedup_ttl: float = Field(86_400.0, gt=0)
     run_ttl: float = Field(60.0, ge=1)

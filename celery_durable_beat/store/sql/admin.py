@@ -62,7 +62,7 @@ def list_schedules(conn: Connection) -> list[ScheduleRecord]:
 def upsert(
     conn: Connection, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
 ) -> UpsertResult:
-    """See ``Store.upsert``. Two more rules the contract leaves open:
+    """See ``Store.upsert``. Three more rules the contract leaves open:
 
     - config sync never touches an API-created schedule (SPEC §3): a ``config`` upsert of a name
       owned by ``api`` is ``unchanged`` and writes nothing; ``source`` never changes;

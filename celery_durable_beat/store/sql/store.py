@@ -1,8 +1,8 @@
 """``SqlStore``: the store contract (``store/base.py``) on PostgreSQL and SQLite.
 
 This module owns connections and transactions; the statements live beside it: the round's hot
-path in ``sql_round``, control-plane queries in ``sql_admin``, schema work in ``sql_schema``,
-engine settings in ``sql_engine``.
+path in ``round.py``, control-plane queries in ``admin.py``, schema work in ``schema.py``, engine
+settings in ``engine.py``; the store lease's statements in ``lease/sql_rows.py``.
 
 Clock: on PostgreSQL ``now_ms`` is the server's ``clock_timestamp()``; SQLite has no server, so it
 is this host's clock, which is also the only clock every process sharing the file can see.
