@@ -5,7 +5,7 @@ celery -A proj beat -S celery_durable_beat.Scheduler
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from celery_durable_beat.exceptions import (
     ConfigError,
@@ -14,7 +14,7 @@ from celery_durable_beat.exceptions import (
 )
 from celery_durable_beat.ids import tick_task_id
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from celery_durable_beat.control import DurableBeat
     from celery_durable_beat.scheduler import Scheduler
     from celery_durable_beat.worker import install, periodic_origin
@@ -33,7 +33,7 @@ __all__ = [
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """Import the Celery-bound parts on first use, so the pure core imports without Celery."""
     if name == "Scheduler":
         from celery_durable_beat.scheduler import Scheduler
