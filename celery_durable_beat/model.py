@@ -94,6 +94,14 @@ class Action(str, Enum):
     RUN_TRACKING_RESTORED = "run_tracking_restored"
     OVERLAP_SKIPPED = "overlap_skipped"
     OVERLAP_REPLACED = "overlap_replaced"
+    BEAT_STARTED = "beat_started"
+    """Beat is set up: which store and lease it uses, under which holder name."""
+    BEAT_REFUSED = "beat_refused"
+    """Beat refuses to start or run: invalid config or an outdated schema (run ``migrate``)."""
+    ROUND_FAILED = "round_failed"
+    """A round failed for a reason nobody foresaw; logged with its traceback, then backed off."""
+    LEASE_RELEASE_FAILED = "lease_release_failed"
+    """Giving the lease up failed (shutdown or fencing); it expires by itself after its TTL."""
 
 
 @dataclass(frozen=True)
