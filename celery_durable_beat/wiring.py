@@ -30,9 +30,9 @@ def make_lease(settings: Settings, store: Store) -> Lease:
     """
     if settings.lease_url:
         return _redis_lease(settings.lease_url, settings.lease_ttl, store)
-    from celery_durable_beat.lease.sql import LeaseRows, StoreLease
+    from celery_durable_beat.lease.sql import StoreLease, WriteTransactions
 
-    if not isinstance(store, LeaseRows):
+    if not isinstance(store, WriteTransactions):
         raise _lease_url_problem(
             f"the store {type(store).__name__} has no lease row; set it to a redis:// URL"
         )
