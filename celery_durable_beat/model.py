@@ -156,6 +156,14 @@ class Action(str, Enum):
     """A tick was held back because the previous run of its schedule is unfinished."""
     OVERLAP_REPLACED = "overlap_replaced"
     """The unfinished previous run is revoked in favour of the new tick."""
+    BEAT_STARTED = "beat_started"
+    """Beat is set up: which store and lease it uses, under which holder name."""
+    BEAT_REFUSED = "beat_refused"
+    """Beat refuses to start or run: invalid config or an outdated schema (run ``migrate``)."""
+    ROUND_FAILED = "round_failed"
+    """A round failed for a reason nobody foresaw; logged with its traceback, then backed off."""
+    LEASE_RELEASE_FAILED = "lease_release_failed"
+    """Giving the lease up failed (shutdown or fencing); it expires by itself after its TTL."""
 
 
 @dataclass(frozen=True)

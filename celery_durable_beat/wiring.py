@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from celery_durable_beat.beat_loop import BASIC_BROKER_ERRORS, BeatLoop
+from celery_durable_beat.clock import Clock
+from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem
+from celery_durable_beat.leadership import Leadership
 from celery_durable_beat.lease.base import Lease
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Reason
@@ -28,9 +32,9 @@ def make_lease(settings: Settings, store: Store) -> Lease:
     """
     if settings.lease_url:
         return _redis_lease(settings.lease_url, settings.lease_ttl, store)
-    from celery_durable_beat.lease.sql import LeaseRows, StoreLease
+    from celery_durable_beat.lease.sql import StoreLease, WriteTransactions
 
-    if not isinstance(store, LeaseRows):
+    if not isinstance(store, WriteTransactions):
         raise _lease_url_problem(
             f"the store {type(store).__name__} has no lease row; set it to a redis:// URL"
         )
@@ -72,3 +76,42 @@ def make_gate(app: Any, settings: Settings, store: Store) -> Gate | None:
 
     url = dedup_redis_url(app, settings)
     return OverlapGate(app, settings, SqlRunStore(store.url), RedisClaims(url) if url else None)
+
+
+def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
+    """The rounds of a beat process: ``beat_schedule`` validated (unless config sync is off), the
+    store, the election, the dispatcher publishing through ``app``, and the failures that mean
+    "the broker is down" (kombu's, besides the OS's).
+
+    Nothing connects yet. Raises ``ConfigError`` for an invalid ``beat_schedule`` or lease
+    setting (closing the store made before it): beat refuses to start on either.
+    """
+    from kombu.exceptions import OperationalError as KombuOperationalError
+
+    from celery_durable_beat.celery_config import definitions_from_app
+    from celery_durable_beat.publish import CeleryPublisher
+
+    definitions = definitions_from_app(app, settings) if settings.sync_config else None
+    store = make_store(settings)
+    try:
+        lease = make_lease(settings, store)
+    except ConfigError:
+        store.close()
+        raise
+    leadership = Leadership(lease, store, clock, poll_interval=settings.poll_interval)
+    dispatcher = Dispatcher(
+        store,
+        CeleryPublisher(app),
+        batch_size=settings.batch_size,
+        quarantine_after=settings.quarantine_after,
+        gate=make_gate(app, settings, store),
+        still_leader=leadership.still_leader,
+    )
+    return BeatLoop(
+        store,
+        dispatcher,
+        leadership,
+        definitions=definitions,
+        history_keep=settings.history_keep,
+        broker_errors=(KombuOperationalError, *BASIC_BROKER_ERRORS),
+    )

@@ -33,8 +33,7 @@ from celery_durable_beat.runs.base import (
     RunWrite,
     WriteIf,
 )
-from celery_durable_beat.store.sql.engine import LazyEngine, insert_into
-from celery_durable_beat.store.sql.round import HOST_CLOCK, PG_NOW
+from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, insert_into
 from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs
 
 if TYPE_CHECKING:

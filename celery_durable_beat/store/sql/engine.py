@@ -1,9 +1,15 @@
-"""Engines for the SQL store: URL rules, PostgreSQL and SQLite connection settings.
+"""Engines for the SQL store: URL rules, PostgreSQL and SQLite connection settings, the clock.
 
 Kept apart from the queries because it is where the two backends differ most and where the
 transaction discipline is set: PostgreSQL runs each store call in one READ COMMITTED
 transaction; SQLite gets explicit ``BEGIN IMMEDIATE`` for writes (taking the write lock up front
 so a read-then-write never fails with ``SQLITE_BUSY`` halfway) and ``BEGIN DEFERRED`` for reads.
+
+The store's clock (SPEC §4: the leader decides what is due by it, not by its host's) is defined
+here once for every SQL module: on PostgreSQL the server's, as ``PG_NOW`` (``clock_timestamp()``,
+which moves within a transaction) or ``PG_TX_NOW`` (``now()``, the transaction's start: one
+value for every statement of a call); on SQLite, which has no server, ``HOST_CLOCK``, the only
+clock every process sharing the file can see.
 """
 
 from __future__ import annotations
@@ -14,13 +20,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Table, create_engine, event
+from sqlalchemy import BigInteger, Table, create_engine, event, extract, func, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import StaticPool
 
+from celery_durable_beat.clock import SystemClock
 from celery_durable_beat.exceptions import InvalidArgument, StoreUnavailable
 from celery_durable_beat.urls import redact_url
 
@@ -34,6 +41,15 @@ IN_CHUNK = 500
 
 BEGIN_OPTION = "durable_beat_begin"
 """Execution option choosing the SQLite BEGIN flavour; ``read`` or the default ``write``."""
+
+PG_NOW = func.floor(extract("epoch", func.clock_timestamp()) * 1000).cast(BigInteger)
+"""PostgreSQL's clock in epoch ms; ``clock_timestamp`` moves within a transaction, ``now()`` not."""
+
+PG_TX_NOW = func.floor(extract("epoch", func.now()) * 1000).cast(BigInteger)
+"""PostgreSQL's transaction timestamp in epoch ms: one value for every statement of the call."""
+
+HOST_CLOCK = SystemClock()
+"""The store's clock on SQLite: this host's."""
 
 _SQLITE_BEGIN = {"read": "BEGIN DEFERRED", "write": "BEGIN IMMEDIATE"}
 _PG_ALIASES = ("postgres", "postgresql")
@@ -137,6 +153,18 @@ def _sqlite_on_begin(connection: Connection) -> None:
     connection.exec_driver_sql(_SQLITE_BEGIN[flavour])
 
 
+def limit_idle(conn: Connection, idle_ms: int) -> None:
+    """PostgreSQL: end this transaction's session if it sits idle longer than ``idle_ms``.
+
+    For the round's claim, whose ``FOR UPDATE`` locks would otherwise outlive a frozen leader;
+    the claim is idle while the round publishes, which a live leader stops doing well within
+    its lease (``LEASE_SAFETY``), so a TTL-long limit never ends a healthy round.
+    """
+    conn.execute(
+        select(func.set_config("idle_in_transaction_session_timeout", str(max(100, idle_ms)), True))
+    )
+
+
 _UNAVAILABLE = (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)
 
 
@@ -203,6 +231,11 @@ class LazyEngine:
     def _write(self, change: Callable[[Connection], T]) -> T:
         with self._tx() as conn:
             return change(conn)
+
+    def write_transaction(self, change: Callable[[Connection], T]) -> T:
+        """Run ``change`` in one write transaction (for statements kept beside their backend,
+        such as the store lease's); outages raise ``StoreUnavailable``, as every store call."""
+        return self._write(change)
 
     def close(self) -> None:
         """Dispose of the pool; idempotent, and the next call builds a new engine."""

@@ -18,26 +18,19 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, String, bindparam, column, extract, func, select, update
+from sqlalchemy import ARRAY, BigInteger, String, bindparam, column, func, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import BindParameter
 
-from celery_durable_beat.clock import SystemClock
 from celery_durable_beat.exceptions import InvalidArgument, StaleEpoch
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Action, Definition, ScheduleState
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, iter_chunks
 from celery_durable_beat.store.sql import schema as sql_schema
-from celery_durable_beat.store.sql.engine import IN_CHUNK, insert_into
+from celery_durable_beat.store.sql.engine import HOST_CLOCK, IN_CHUNK, PG_NOW, insert_into
 from celery_durable_beat.store.tables import ENQUEUED, FENCE_ID, audit, fence, schedules
 
 log = logging.getLogger("celery_durable_beat.store")
-
-PG_NOW = func.floor(extract("epoch", func.clock_timestamp()) * 1000).cast(BigInteger)
-"""PostgreSQL's clock in epoch ms; ``clock_timestamp`` moves within a transaction, ``now()`` not."""
-
-HOST_CLOCK = SystemClock()
-
 
 def enqueued_among(conn: Connection, task_ids: Sequence[str]) -> set[str]:
     """Which task ids have an ``enqueued`` record, through the partial unique index.

@@ -1,8 +1,9 @@
 """``SqlStore``: the store contract (``store/base.py``) on PostgreSQL and SQLite.
 
 This module owns connections and transactions; the statements live beside it: the round's hot
-path in ``round.py``, control-plane queries in ``admin.py``, schema work in ``schema.py``, engine
-settings in ``engine.py``; the store lease's statements in ``lease/sql_rows.py``.
+path in ``round.py``, control-plane queries in ``admin.py``, schema work in ``schema.py``,
+engine settings and the store clock in ``engine.py``. The store lease (``lease/sql.py``) runs its
+own statements on the fence row through ``write_transaction``.
 
 Clock: on PostgreSQL ``now_ms`` is the server's ``clock_timestamp()``; SQLite has no server, so it
 is this host's clock, which is also the only clock every process sharing the file can see.
@@ -18,7 +19,6 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from celery_durable_beat.exceptions import InvalidArgument
-from celery_durable_beat.lease import sql_rows as sql_lease
 from celery_durable_beat.model import Definition, ScheduleState, Source
 from celery_durable_beat.store.base import (
     Advance,
@@ -32,7 +32,7 @@ from celery_durable_beat.store.base import (
 from celery_durable_beat.store.sql import admin as sql_admin
 from celery_durable_beat.store.sql import round as sql_round
 from celery_durable_beat.store.sql import schema as sql_schema
-from celery_durable_beat.store.sql.engine import LazyEngine
+from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, limit_idle
 from celery_durable_beat.store.tables import FENCE_ID, fence, schedules
 
 if TYPE_CHECKING:
@@ -47,7 +47,7 @@ class SqlStore(LazyEngine):
     def __init__(self, url: str, *, stall_timeout_s: float | None = None) -> None:
         super().__init__(url)
         # PostgreSQL ends a claim left idle this long: a leader frozen mid-round (SIGSTOP, a VM
-        # pause) must not keep its due rows locked from the next leader (see sql_lease).
+        # pause) must not keep its due rows locked from the next leader (see engine.limit_idle).
         self._stall_timeout_ms = None if stall_timeout_s is None else round(stall_timeout_s * 1000)
 
     def _single_read(self, query: Callable[[Connection], T]) -> T:
@@ -60,10 +60,8 @@ class SqlStore(LazyEngine):
     # -- time and the round -------------------------------------------------------------------
     def now_ms(self) -> int:
         if not self._postgres:
-            return sql_round.HOST_CLOCK.now_ms()
-        return self._single_read(
-            lambda conn: int(conn.execute(select(sql_round.PG_NOW)).scalar_one())
-        )
+            return HOST_CLOCK.now_ms()
+        return self._single_read(lambda conn: int(conn.execute(select(PG_NOW)).scalar_one()))
 
     def earliest_due_ms(self) -> int | None:
         query = select(func.min(schedules.c.next_due_ms))
@@ -75,8 +73,8 @@ class SqlStore(LazyEngine):
         earliest = select(func.min(schedules.c.next_due_ms)).scalar_subquery()
         if not self._postgres:
             value = self._read(lambda conn: conn.execute(select(earliest)).scalar())
-            return sql_round.HOST_CLOCK.now_ms(), None if value is None else int(value)
-        row = self._single_read(lambda conn: conn.execute(select(sql_round.PG_NOW, earliest)).one())
+            return HOST_CLOCK.now_ms(), None if value is None else int(value)
+        row = self._single_read(lambda conn: conn.execute(select(PG_NOW, earliest)).one())
         return int(row[0]), None if row[1] is None else int(row[1])
 
     @contextmanager
@@ -85,7 +83,7 @@ class SqlStore(LazyEngine):
             raise InvalidArgument(f"claim_due needs a limit of at least 1; got {limit}")
         with self._tx() as conn:
             if self._postgres and self._stall_timeout_ms is not None:
-                sql_lease.limit_idle(conn, self._stall_timeout_ms)
+                limit_idle(conn, self._stall_timeout_ms)
             due = sql_round.due(conn, now_ms, limit, lock=self._postgres)
             yield SqlClaim(conn, due, self._guard)
 
@@ -114,17 +112,6 @@ class SqlStore(LazyEngine):
         if row is None:
             return LeaderInfo(holder=None, epoch=0, expires_at_ms=None)
         return LeaderInfo(holder=row.holder, epoch=row.epoch, expires_at_ms=row.expires_at_ms)
-
-    # -- the store lease (sql_lease; used by lease/sql.py) --------------------------------------
-    def lease_acquire_or_renew(
-        self, token: str, holder: str, ttl_ms: int, epoch: int | None = None
-    ) -> sql_lease.LeaseRow:
-        return self._write(
-            lambda conn: sql_lease.acquire_or_renew(conn, token, holder, ttl_ms, epoch)
-        )
-
-    def lease_release(self, token: str) -> bool:
-        return self._write(lambda conn: sql_lease.release(conn, token))
 
     # -- schema -------------------------------------------------------------------------------
     def ensure_schema(self) -> None:

@@ -1,0 +1,189 @@
+"""The beat's rounds: lead, sync config, dispatch what is due, then say how long to sleep.
+
+One ``BeatLoop.round()`` per wake-up of the scheduler, and it never raises for an outage
+(SPEC §7: beat logs, backs off and resumes); only an outdated schema stops beat, since no retry
+fixes that. Each round:
+
+1. makes sure the schema exists (a store that was down at start is retried here);
+2. renews or acquires the lease (``Leadership``); a standby sleeps until its next try;
+3. on a new epoch, syncs ``beat_schedule`` into the store (once per epoch);
+4. asks the store for its clock and the earliest due instant in one query, and claims only when
+   something is due, so an idle round is one index probe;
+5. prunes the history of the schedules it touched, at most once a minute.
+
+Failures grow the wait (capped at a third of the TTL, so a leader still renews in time). A broker
+outage is remembered across the idle rounds that follow, so they do not reset the backoff while
+the ticks stay due. Nothing here knows Celery: the scheduler passes the broker's exception types.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from celery_durable_beat.dispatch import Dispatcher
+from celery_durable_beat.exceptions import (
+    LeaseError,
+    SchemaOutdated,
+    StaleEpoch,
+    StoreError,
+    StoreUnavailable,
+)
+from celery_durable_beat.leadership import Leadership
+from celery_durable_beat.model import Action, Definition
+from celery_durable_beat.store.base import Store
+from celery_durable_beat.sync import sync_definitions
+
+# One logger for the whole beat process (scheduler, leadership, loop), as before the split.
+log = logging.getLogger("celery_durable_beat.scheduler")
+
+PRUNE_EVERY_MS = 60_000
+"""Least time between two history prunes (by the store's clock)."""
+BACKOFF_MAX_S = 30.0
+"""Longest wait after failed rounds (a third of the TTL caps it further)."""
+BASIC_BROKER_ERRORS: tuple[type[Exception], ...] = (ConnectionError, OSError, TimeoutError)
+"""Failures that escape the publisher (e.g. taking a broker connection): a broker outage. The
+scheduler adds its transport's own (kombu's ``OperationalError``)."""
+
+
+class BeatLoop:
+    """The rounds of one beat process, over the store, the dispatcher and the election."""
+
+    def __init__(
+        self,
+        store: Store,
+        dispatcher: Dispatcher,
+        leadership: Leadership,
+        *,
+        definitions: Sequence[Definition] | None,
+        history_keep: int,
+        broker_errors: tuple[type[Exception], ...] = BASIC_BROKER_ERRORS,
+    ) -> None:
+        """``definitions`` is what config sync makes the store hold; None turns sync off."""
+        self.store = store
+        self.dispatcher = dispatcher
+        self.leadership = leadership
+        self.definitions = definitions
+        self.history_keep = history_keep
+        self.broker_errors = broker_errors
+        self.schema_ready = False
+        self.broker_down = False
+        self.failures = 0
+        self._synced_epoch: int | None = None
+        self._touched: set[str] = set()
+        self._last_prune_ms = 0
+
+    def prepare(self) -> None:
+        """Create the schema now if the store answers; an outage at start is retried by rounds."""
+        try:
+            self.store.ensure_schema()
+        except StoreUnavailable as exc:
+            log.warning(
+                "store unavailable at start (%s); beat keeps trying",
+                exc,
+                extra={"action": Action.STORE_UNAVAILABLE.value},
+            )
+        else:
+            self.schema_ready = True
+
+    def round(self) -> float:
+        """One round; the seconds until the next. Raises only ``SchemaOutdated``."""
+        try:
+            self._ensure_schema()
+            if not self._lead():
+                return self.leadership.standby_delay()
+            return self._dispatch()
+        except StaleEpoch:
+            self.leadership.fenced()
+            return self.leadership.standby_delay()
+        except SchemaOutdated as exc:
+            log.critical(
+                "beat refuses to run: %s", exc, extra={"action": Action.BEAT_REFUSED.value}
+            )
+            raise
+        except (StoreError, LeaseError) as exc:
+            return self._backoff(exc)
+        except self.broker_errors as exc:
+            self.broker_down = True
+            return self._backoff(exc, f"broker unavailable: {type(exc).__name__}")
+        except Exception as exc:
+            log.exception("round failed unexpectedly", extra={"action": Action.ROUND_FAILED.value})
+            return self._backoff(exc)
+
+    def _ensure_schema(self) -> None:
+        if not self.schema_ready:
+            self.store.ensure_schema()
+            self.schema_ready = True
+
+    def _lead(self) -> bool:
+        """Renew or acquire; config-sync once per epoch; whether to dispatch now."""
+        if not self.leadership.acquire():
+            return False
+        epoch = self.leadership.epoch
+        if self.definitions is not None and self._synced_epoch != epoch:
+            sync_definitions(self.store, self.definitions, self.store.now_ms())
+            self._synced_epoch = epoch
+        return self.leadership.still_leader()
+
+    def _dispatch(self) -> float:
+        """Claim only when something is due: an idle round is one index probe."""
+        now_ms, due = self.store.clock_and_earliest_due()
+        if due is None or due > now_ms:
+            if not self.broker_down:  # idle rounds between broker retries keep the backoff
+                self.failures = 0
+            return self.delay(due, now_ms)
+        stats = self.dispatcher.run_round(now_ms, self.leadership.epoch)
+        self._touched.update(e.schedule for e in stats.events)
+        self.broker_down = stats.broker_unavailable
+        if stats.broker_unavailable:
+            return self._backoff(None, "broker unavailable: the ticks stay due")
+        self.failures = 0
+        if not self.leadership.still_leader():
+            return 0.0  # stopped early for the lease: renew (or learn who leads) right away
+        self._maybe_prune(now_ms)
+        if stats.claimed >= self.dispatcher.batch_size:
+            return 0.0
+        now_ms, due = self.store.clock_and_earliest_due()
+        return self.delay(due, now_ms)
+
+    def delay(self, due_ms: int | None, now_ms: int) -> float:
+        """A leader's sleep: until the earliest due instant, at most ``max_sleep``."""
+        longest = self.leadership.max_sleep()
+        if due_ms is None:
+            return longest
+        return max(0.0, min((due_ms - now_ms) / 1000, longest))
+
+    def _backoff(self, exc: Exception | None, what: str | None = None) -> float:
+        """Wait longer after each failed round; say why, once a round: the store's and the
+        lease's messages name their URL without its password."""
+        self.failures += 1
+        self.leadership.lose_if_lapsed()
+        delay = self.backoff_delay()
+        known = isinstance(exc, (StoreError, LeaseError))
+        log.warning(
+            "round failed (%s); retrying in %.1fs",
+            what or (str(exc) if known else type(exc).__name__),
+            delay,
+            extra={"action": Action.STORE_UNAVAILABLE.value},
+        )
+        return delay
+
+    def backoff_delay(self) -> float:
+        """0.5 s doubling with each failed round in a row, capped at a third of the TTL."""
+        cap = min(BACKOFF_MAX_S, self.leadership.ttl_seconds / 3)
+        return float(min(cap, 0.5 * 2 ** min(self.failures - 1, 10)))
+
+    def _maybe_prune(self, now_ms: int) -> None:
+        if not self._touched or now_ms - self._last_prune_ms < PRUNE_EVERY_MS:
+            return
+        self.store.prune_history(sorted(self._touched), self.history_keep)
+        self._touched.clear()
+        self._last_prune_ms = now_ms
+
+    def close(self) -> None:
+        """Release the lease (only if held), then close the overlap gate and the store."""
+        self.leadership.close()
+        gate = self.dispatcher.gate
+        if gate is not None and hasattr(gate, "close"):
+            gate.close()
+        self.store.close()

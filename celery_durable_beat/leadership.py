@@ -1,0 +1,177 @@
+"""Who leads (SPEC §7): acquire, renew, lose and fence; how long a standby waits.
+
+Leadership is decided in the round itself, never in a signal handler or ``beat_init`` (whose
+exceptions Celery swallows: RedBeat #208/#238). Every round starts with one acquire-or-renew
+(``Leadership.acquire``). A leader trusts a renewal for ``LEASE_SAFETY`` of the TTL on the
+monotonic clock, counted from before the renewal was sent, and checks that (``still_leader``)
+before the round and between schedules, so it stops publishing before its lease could have
+expired. Losing the lease, failing to renew it in time or being fenced out by the store
+(``StaleEpoch``) is logged once as ``leadership lost`` and the beat carries on as a standby
+(RedBeat's standby exited: #218/#306). Standbys try every ``min(poll_interval, ttl / 3)`` seconds,
+and right after the expiry when a lease runs out unrenewed.
+
+A new epoch is registered in the store before this beat writes anything with it, so the store can
+refuse every older leader's writes. Nothing here knows Celery: the lease, the store's fence and a
+clock are all it needs, which is what lets unit tests drive it with fakes and a manual clock.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from celery_durable_beat.clock import Clock
+from celery_durable_beat.exceptions import LeaseError
+from celery_durable_beat.lease.base import LEASE_SAFETY, Lease, LeaseStatus
+from celery_durable_beat.model import Action
+
+# One logger for the whole beat process (scheduler, leadership, loop), as before the split.
+log = logging.getLogger("celery_durable_beat.scheduler")
+
+EXPIRY_MARGIN_S = 0.02
+"""How long after the lease's expiry (by the backend's clock) a standby tries to take it."""
+
+
+class EpochFence(Protocol):
+    """What leadership needs of the store (``Store.register_epoch``)."""
+
+    def register_epoch(self, epoch: int) -> None:
+        """Make ``epoch`` the newest the store accepts writes from."""
+
+
+class Leadership:
+    """This beat's standing in the election, updated once per round by ``acquire``.
+
+    ``was_leader`` is ``None`` until the first answer, so the first "standing by" is logged even
+    when nobody leads; afterwards gained, lost and standing by are each logged once per change.
+    """
+
+    def __init__(
+        self, lease: Lease, store: EpochFence, clock: Clock, *, poll_interval: float
+    ) -> None:
+        self.lease = lease
+        self.store = store
+        self.clock = clock
+        self.poll_interval = poll_interval
+        self.epoch = 0
+        self.was_leader: bool | None = None
+        self.status: LeaseStatus | None = None
+        self._valid_until = 0.0
+        self._seen_holder: str | None = None
+
+    @property
+    def ttl_seconds(self) -> float:
+        return self.lease.ttl_seconds
+
+    def acquire(self) -> bool:
+        """Renew or acquire the lease (raises ``LeaseError``); whether this beat leads now.
+
+        A gained or changed epoch is registered in the store (which may raise ``StoreError``)
+        before this returns True, so nothing is ever written under an epoch the store has not seen.
+        """
+        started = self.clock.monotonic()
+        status = self.status = self.lease.acquire_or_renew()
+        if not status.leader:
+            self._note_standby(status)
+            return False
+        self._valid_until = started + self.lease.ttl_seconds * LEASE_SAFETY
+        if status.epoch != self.epoch or not self.was_leader:
+            self._gain(status)
+        return True
+
+    def still_leader(self) -> bool:
+        """Whether the last renewal still covers a write now (the monotonic clock decides)."""
+        return bool(self.was_leader) and self.clock.monotonic() < self._valid_until
+
+    def _gain(self, status: LeaseStatus) -> None:
+        self.store.register_epoch(status.epoch)
+        self.epoch = status.epoch
+        self.was_leader = True
+        self._seen_holder = status.holder
+        log.info(
+            "leadership gained (epoch %d) by %s",
+            status.epoch,
+            status.holder,
+            extra={"action": Action.LEADERSHIP_GAINED.value, "epoch": status.epoch},
+        )
+
+    def _note_standby(self, status: LeaseStatus) -> None:
+        who = status.holder or "no beat"
+        if self.was_leader:
+            self.lose(f"{who} holds the lease now (epoch {status.epoch})")
+        elif self.was_leader is None or (status.holder and status.holder != self._seen_holder):
+            log.info(
+                "standing by: %s leads (epoch %d)",
+                who,
+                status.epoch,
+                extra={"action": Action.STANDBY.value, "leader": status.holder},
+            )
+        if status.holder:
+            self._seen_holder = status.holder
+        self.was_leader = False
+        self._valid_until = 0.0
+
+    def lose(self, why: str) -> None:
+        """Stop dispatching; say so once. The beat stays up as a standby."""
+        if self.was_leader:
+            log.warning(
+                "leadership lost (epoch %d): %s; standing by",
+                self.epoch,
+                why,
+                extra={"action": Action.LEADERSHIP_LOST.value, "epoch": self.epoch},
+            )
+        self.was_leader = False
+        self._valid_until = 0.0
+
+    def lose_if_lapsed(self) -> None:
+        """After a failed round: a leader whose renewal no longer covers a write has lost."""
+        if self.was_leader and not self.still_leader():
+            self.lose("the lease could not be renewed before it could expire")
+
+    def fenced(self) -> None:
+        """The store has seen a newer epoch: whatever lease this beat holds is worthless.
+
+        Releasing it (only if still held: by token) lets the next acquisition take a fresh epoch
+        above the store's, instead of a beat renewing a lease whose every write is refused.
+        """
+        self.lose("a newer leader fenced this beat out (the store refused its epoch)")
+        try:
+            self.lease.release()
+        except LeaseError as exc:
+            log.debug(
+                "release after fencing failed: %s",
+                exc,
+                extra={"action": Action.LEASE_RELEASE_FAILED.value},
+            )
+
+    def max_sleep(self) -> float:
+        """Longest wait between rounds: the poll interval, and a third of the TTL so a leader
+        renews in time and a standby notices an expiry soon after it happens."""
+        return min(self.poll_interval, self.lease.ttl_seconds / 3)
+
+    def standby_delay(self) -> float:
+        """Until the next try: the usual wait, or less when the lease runs out sooner (a leader
+        that stopped renewing), so the first try after the expiry comes right after it."""
+        status, wait = self.status, self.max_sleep()
+        if status is None or status.leader or status.remaining_ms is None:
+            return wait
+        return min(wait, status.remaining_ms / 1000 + EXPIRY_MARGIN_S)
+
+    def close(self) -> None:
+        """Release the lease (only if this beat holds it), so a standby need not wait the TTL."""
+        try:
+            self.lease.release()
+        except LeaseError as exc:
+            log.warning(
+                "lease release failed (%s); it expires by itself",
+                exc,
+                extra={"action": Action.LEASE_RELEASE_FAILED.value},
+            )
+        else:
+            if self.was_leader:
+                log.info(
+                    "leadership released (epoch %d): shutting down",
+                    self.epoch,
+                    extra={"action": Action.LEADERSHIP_LOST.value, "epoch": self.epoch},
+                )
+        self.lease.close()
