@@ -1,17 +1,27 @@
-"""Fault injection around the real store: the real SQL underneath, a failure where we say.
+"""Stores for tests: one builder for every backend, and fault injection around the real store.
 
-These wrappers are how the tests prove the round order (publish → audit → advance): they make
-exactly one step fail, then let the next round run against the very same database.
+``open_store`` is what the shared fixtures of ``tests/conftest.py`` build each backend with. The
+fault wrappers are how the tests prove the round order (publish → audit → advance): they make
+exactly one step fail, then let the next round run against the very same store.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-from celery_durable_beat.store.base import Advance, AuditEvent, Claim
+from celery_durable_beat.store.base import Advance, AuditEvent, Claim, Store
+from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.store.sql import SqlStore
+
+
+def open_store(kind: str, url: str | None = None) -> Store:
+    """A fresh store of ``kind`` (``sqlite``/``postgresql`` on ``url``, or ``memory``), schema
+    ready."""
+    store: Store = MemoryStore() if kind == "memory" else SqlStore(str(url))
+    store.ensure_schema()
+    return store
 
 
 class InjectedFault(RuntimeError):
@@ -30,25 +40,45 @@ class _FailingClaim:
         raise InjectedFault("audit write failed")
 
 
-class FaultyStore(SqlStore):
-    """A SqlStore whose next audit write or advance fails once, on request."""
+class _Faults:
+    """Makes the next audit write or advance of a store fail once, on request."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.fail_audit_once = False
-        self.fail_advance_once = False
+    fail_audit_once = False
+    fail_advance_once = False
 
-    @contextmanager
-    def claim_due(self, now_ms: int, limit: int) -> Iterator[Any]:
-        with super().claim_due(now_ms, limit) as claim:
+    def _faulty_claim(self, claims: AbstractContextManager[Claim]) -> Iterator[Any]:
+        with claims as claim:
             if self.fail_audit_once and claim.schedules:
                 self.fail_audit_once = False
                 yield _FailingClaim(claim)
             else:
                 yield claim
 
-    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
+    def _check_advance(self, advances: Sequence[Advance]) -> None:
         if self.fail_advance_once and advances:
             self.fail_advance_once = False
             raise InjectedFault("crash between audit and advance")
+
+
+class FaultyStore(_Faults, SqlStore):
+    """A SqlStore whose next audit write or advance fails once, on request."""
+
+    @contextmanager
+    def claim_due(self, now_ms: int, limit: int) -> Iterator[Any]:
+        yield from self._faulty_claim(super().claim_due(now_ms, limit))
+
+    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
+        self._check_advance(advances)
+        return super().advance(advances, epoch)
+
+
+class FaultyMemoryStore(_Faults, MemoryStore):
+    """A MemoryStore whose next audit write or advance fails once, on request."""
+
+    @contextmanager
+    def claim_due(self, now_ms: int, limit: int) -> Iterator[Any]:
+        yield from self._faulty_claim(super().claim_due(now_ms, limit))
+
+    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
+        self._check_advance(advances)
         return super().advance(advances, epoch)
