@@ -23,7 +23,6 @@ The store also carries the fence row the store lease uses (``lease_acquire_or_re
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -43,9 +42,16 @@ from celery_durable_beat.store.base import (
     StoredEvent,
     UpsertResult,
 )
-from celery_durable_beat.store.memory_rows import Fence, Row, plan, prunable, value_of
+from celery_durable_beat.store.memory_rows import (
+    Fence,
+    Row,
+    plan,
+    prunable,
+    storable_key,
+    to_stored,
+    value_of,
+)
 from celery_durable_beat.store.sql.round import check_advances
-from celery_durable_beat.store.tables import NAME_LENGTH
 
 if TYPE_CHECKING:
     from celery_durable_beat.store.base import Store
@@ -189,7 +195,7 @@ class MemoryStore:
     ) -> UpsertResult:
         """As ``store/sql/admin.upsert``: config never touches an API schedule, an archived
         unchanged schedule comes back at its version, an operator pause survives a change."""
-        key = _storable_key(definition.name)
+        key = storable_key(definition.name)
         stored = Definition.from_json(definition.name, definition.to_json())  # a detached copy
         digest = stored.definition_hash()
         with self._lock:
@@ -341,21 +347,7 @@ class MemoryStore:
             outcome = Outcome(value_of(event.outcome))
             if outcome is Outcome.ENQUEUED and event.task_id in self._enqueued:
                 continue  # rule 3: a replayed enqueued record is ignored, never an error
-            stored = StoredEvent(
-                id=self._next_event_id,
-                schedule=event.schedule,
-                tick_ms=event.tick_ms,
-                task_id=event.task_id,
-                trigger=Trigger(value_of(event.trigger)),
-                outcome=outcome,
-                reason=value_of(event.reason),
-                lag_ms=event.lag_ms,
-                version=event.version,
-                epoch=item.epoch,
-                recorded_at_ms=item.now,
-                detail=json.loads(json.dumps(dict(event.detail))),  # detached, JSON as on SQL
-                run_state=None,
-            )
+            stored = to_stored(self._next_event_id, event, item.epoch, item.now)
             self._next_event_id += 1
             self._events.setdefault(event.schedule.lower(), []).append(stored)
             if outcome is Outcome.ENQUEUED and event.task_id is not None:
@@ -404,14 +396,6 @@ class MemoryClaim:
         if events:
             with self.store._lock:
                 self.pending.extend(self.store._stamp(events, epoch))
-
-
-def _storable_key(name: str) -> str:
-    """The key of a name about to be stored; the same length limit as the SQL columns."""
-    key = name.lower()
-    if not name or len(name) > NAME_LENGTH or len(key) > NAME_LENGTH:
-        raise InvalidArgument(f"schedule name {name!r} must have 1 to {NAME_LENGTH} characters")
-    return key
 
 
 if TYPE_CHECKING:

@@ -7,14 +7,23 @@ schedule row keeps the parsed ``Definition`` only (never its JSON beside it): wh
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from celery_durable_beat.exceptions import InvalidArgument
 from celery_durable_beat.lease.sql_rows import LeaseRow
 from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
 from celery_durable_beat.policy import dispatch_offset_ms
-from celery_durable_beat.store.base import Advance, DueSchedule, ScheduleRecord, StoredEvent
+from celery_durable_beat.store.base import (
+    Advance,
+    AuditEvent,
+    DueSchedule,
+    ScheduleRecord,
+    StoredEvent,
+)
+from celery_durable_beat.store.tables import NAME_LENGTH
 
 _NO_TICK = 2**62
 """Above every tick: a schedule without a next tick protects none of its records."""
@@ -23,6 +32,33 @@ _NO_TICK = 2**62
 def value_of(member: Any) -> Any:
     """Enum members kept as their value, as the SQL store writes them."""
     return getattr(member, "value", member)
+
+
+def storable_key(name: str) -> str:
+    """The key of a name about to be stored; the same length limit as the SQL columns."""
+    key = name.lower()
+    if not name or len(name) > NAME_LENGTH or len(key) > NAME_LENGTH:
+        raise InvalidArgument(f"schedule name {name!r} must have 1 to {NAME_LENGTH} characters")
+    return key
+
+
+def to_stored(event_id: int, event: AuditEvent, epoch: int, now_ms: int) -> StoredEvent:
+    """An audit event as the SQL store keeps it: enums as values, ``detail`` as detached JSON."""
+    return StoredEvent(
+        id=event_id,
+        schedule=event.schedule,
+        tick_ms=event.tick_ms,
+        task_id=event.task_id,
+        trigger=Trigger(value_of(event.trigger)),
+        outcome=Outcome(value_of(event.outcome)),
+        reason=value_of(event.reason),
+        lag_ms=event.lag_ms,
+        version=event.version,
+        epoch=epoch,
+        recorded_at_ms=now_ms,
+        detail=json.loads(json.dumps(dict(event.detail))),
+        run_state=None,
+    )
 
 
 def plan(definition: Definition, first_tick_ms: int) -> tuple[ScheduleState, int, int | None]:

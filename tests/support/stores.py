@@ -8,7 +8,7 @@ exactly one step fail, then let the next round run against the very same store.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 from celery_durable_beat.store.base import Advance, AuditEvent, Claim, Store
@@ -41,44 +41,30 @@ class _FailingClaim:
 
 
 class _Faults:
-    """Makes the next audit write or advance of a store fail once, on request."""
+    """Makes the next audit write or advance of the store it is mixed into fail once."""
 
     fail_audit_once = False
     fail_advance_once = False
 
-    def _faulty_claim(self, claims: AbstractContextManager[Claim]) -> Iterator[Any]:
-        with claims as claim:
+    @contextmanager
+    def claim_due(self, now_ms: int, limit: int) -> Iterator[Any]:
+        with super().claim_due(now_ms, limit) as claim:  # type: ignore[misc]
             if self.fail_audit_once and claim.schedules:
                 self.fail_audit_once = False
                 yield _FailingClaim(claim)
             else:
                 yield claim
 
-    def _check_advance(self, advances: Sequence[Advance]) -> None:
+    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
         if self.fail_advance_once and advances:
             self.fail_advance_once = False
             raise InjectedFault("crash between audit and advance")
+        return super().advance(advances, epoch)  # type: ignore[misc, no-any-return]
 
 
 class FaultyStore(_Faults, SqlStore):
     """A SqlStore whose next audit write or advance fails once, on request."""
 
-    @contextmanager
-    def claim_due(self, now_ms: int, limit: int) -> Iterator[Any]:
-        yield from self._faulty_claim(super().claim_due(now_ms, limit))
-
-    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
-        self._check_advance(advances)
-        return super().advance(advances, epoch)
-
 
 class FaultyMemoryStore(_Faults, MemoryStore):
     """A MemoryStore whose next audit write or advance fails once, on request."""
-
-    @contextmanager
-    def claim_due(self, now_ms: int, limit: int) -> Iterator[Any]:
-        yield from self._faulty_claim(super().claim_due(now_ms, limit))
-
-    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
-        self._check_advance(advances)
-        return super().advance(advances, epoch)
