@@ -1,7 +1,8 @@
 """Test your own ``beat_schedule`` with a frozen clock: no sleeping, no broker (SPEC §11).
 
 ``FrozenBeat`` runs the real dispatch path (store, policies, audit, advance) on a throwaway
-SQLite database, with a publisher that captures messages instead of sending them::
+in-memory store whose clock is the frozen one, with a publisher that captures messages instead
+of sending them::
 
     beat = FrozenBeat(app, start="2026-03-07T00:00:00Z")
     ticks = beat.advance("3d")
@@ -10,13 +11,18 @@ SQLite database, with a publisher that captures messages instead of sending them
 
 While running, beat wakes exactly at each due instant, so every round sees what a real beat with
 a punctual clock would see.
+
+The in-memory backends are public too, for tests of code built on the store and lease ports:
+
+- ``MemoryStore``: the whole store contract (the SQL store's contract tests run against it) in
+  this process's memory, with an injectable clock (``MemoryStore(clock=lambda: now_ms)``);
+- ``MemoryLease``: the store lease on a ``MemoryStore``'s fence, so several lease objects on
+  one store elect one leader, with expiry by that store's clock.
 """
 
 from __future__ import annotations
 
 import re
-import shutil
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,11 +30,14 @@ from typing import Any
 from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.clock import datetime_to_ms, ms_to_datetime
 from celery_durable_beat.dispatch import Dispatcher
+from celery_durable_beat.lease.memory import MemoryLease
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.publish import CapturingPublisher
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.sql import SqlStore
+from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.sync import sync_definitions
+
+__all__ = ["DispatchedTick", "FrozenBeat", "MemoryLease", "MemoryStore", "parse_duration"]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -70,13 +79,12 @@ def _parse_start(start: datetime | str) -> datetime:
 
 
 class FrozenBeat:
-    """A beat on a frozen clock over a throwaway store."""
+    """A beat on a frozen clock over a throwaway in-memory store (the store's clock is frozen)."""
 
     def __init__(self, app: Any, start: datetime | str) -> None:
-        self._dir = tempfile.mkdtemp(prefix="frozen-beat-")
         settings = Settings.from_conf(app.conf, environ={})
-        self.store = SqlStore(f"sqlite:///{self._dir}/store.sqlite3")
-        self.store.ensure_schema()
+        self._now_ms = datetime_to_ms(_parse_start(start))
+        self.store = MemoryStore(clock=lambda: self._now_ms)
         self.publisher = CapturingPublisher()
         self.dispatcher = Dispatcher(
             self.store,
@@ -84,7 +92,6 @@ class FrozenBeat:
             batch_size=settings.batch_size,
             quarantine_after=settings.quarantine_after,
         )
-        self._now_ms = datetime_to_ms(_parse_start(start))
         self.store.register_epoch(1)
         sync_definitions(self.store, definitions_from_app(app, settings), self._now_ms)
 
@@ -115,7 +122,6 @@ class FrozenBeat:
 
     def close(self) -> None:
         self.store.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
 
     def __enter__(self) -> FrozenBeat:
         return self

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -72,3 +73,51 @@ def redis_url() -> Iterator[str]:
     yield REDIS_URL
     client.flushdb()
     client.close()
+
+
+# -- stores: one way to build each backend, for every test that needs one ----------------------
+STORE_BACKENDS = ("sqlite", "postgresql", "memory")
+SQL_BACKENDS = ("sqlite", "postgresql")
+
+
+@pytest.fixture
+def leader_epoch() -> int:
+    """The fencing epoch the store fixtures register (0: none). Override it in a test module
+    whose tests write as a leader, e.g. ``@pytest.fixture def leader_epoch(): return 1``."""
+    return 0
+
+
+def _open(kind: str, request: pytest.FixtureRequest, leader_epoch: int) -> Iterator[Any]:
+    from tests.support.stores import open_store
+
+    fixture = {"sqlite": "sqlite_url", "postgresql": "pg_url"}.get(kind)
+    url = None if fixture is None else str(request.getfixturevalue(fixture))
+    store = open_store(kind, url)
+    if leader_epoch:
+        store.register_epoch(leader_epoch)
+    yield store
+    store.close()
+
+
+@pytest.fixture(params=STORE_BACKENDS)
+def store(request: pytest.FixtureRequest, leader_epoch: int) -> Iterator[Any]:
+    """Every store backend, fresh and empty: SQLite, PostgreSQL and the in-memory store."""
+    yield from _open(request.param, request, leader_epoch)
+
+
+@pytest.fixture(params=SQL_BACKENDS)
+def sql_store(request: pytest.FixtureRequest, leader_epoch: int) -> Iterator[Any]:
+    """The SQL store on SQLite and on PostgreSQL, fresh and empty."""
+    yield from _open(request.param, request, leader_epoch)
+
+
+@pytest.fixture
+def pg_store(request: pytest.FixtureRequest, leader_epoch: int) -> Iterator[Any]:
+    """The SQL store on a fresh PostgreSQL database."""
+    yield from _open("postgresql", request, leader_epoch)
+
+
+@pytest.fixture
+def memory_store(request: pytest.FixtureRequest, leader_epoch: int) -> Iterator[Any]:
+    """The in-memory store (``celery_durable_beat.testing.MemoryStore``), host clock."""
+    yield from _open("memory", request, leader_epoch)

@@ -20,6 +20,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
+from celery_durable_beat.exceptions import LeaseError, StoreError
+
 LEASE_SAFETY = 0.8
 """Share of the TTL a leader trusts a renewal for, counted on its monotonic clock from *before*
 the renewal was sent: the backend sets the expiry after that instant, so the leader stops
@@ -78,3 +80,83 @@ class SoleLease:
 
     def close(self) -> None:
         """Nothing to close."""
+
+
+# -- a lease on a store's fence row (the SQL store's and the memory store's) ----------------------
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    """The fence row after one acquire-or-renew: who holds the lease, at which epoch, until when.
+
+    ``leader`` says whether the caller's token holds it; ``acquired`` whether this call took it
+    (a new epoch) rather than renewing it; ``remaining_ms`` how long it has left by the
+    database's clock.
+    """
+
+    leader: bool
+    acquired: bool
+    epoch: int
+    holder: str | None
+    expires_at_ms: int | None
+    remaining_ms: int | None
+
+
+class FenceRows(Protocol):
+    """The fence row's compare-and-set rules, as a store keeps them (``lease/sql.py`` states them
+    for SQL; ``store/memory.py`` keeps the same ones under its lock)."""
+
+    def acquire_or_renew(
+        self, token: str, holder: str, ttl_ms: int, epoch: int | None
+    ) -> LeaseRow:
+        """Renew if ``token`` holds the lease at ``epoch``, else take it if free or expired."""
+
+    def release(self, token: str) -> bool:
+        """Clear the holder if ``token`` holds the lease (the epoch stays)."""
+
+
+class FenceLease:
+    """The ``Lease`` contract on a store's fence row: because the lease row *is* the fence row,
+    each acquisition raises the store's fencing epoch in the same write, so no new leader ever
+    holds the lease while the store still accepts the old leader's writes."""
+
+    def __init__(
+        self,
+        rows: FenceRows,
+        ttl_seconds: float = 30.0,
+        *,
+        holder: str | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.rows = rows
+        self.ttl_seconds = ttl_seconds
+        self.holder = holder or default_holder()
+        self.token = token or new_token()
+        self._ttl_ms = max(1, round(ttl_seconds * 1000))
+        self._epoch: int | None = None  # the epoch this lease acquired, while it leads
+
+    def acquire_or_renew(self) -> LeaseStatus:
+        try:
+            row = self.rows.acquire_or_renew(self.token, self.holder, self._ttl_ms, self._epoch)
+        except StoreError as exc:
+            raise LeaseError(f"the store lease could not be renewed or acquired: {exc}") from exc
+        if row.leader:
+            # Kept after a refusal too: a row with this token at another epoch is never adopted.
+            self._epoch = row.epoch
+        return LeaseStatus(
+            leader=row.leader,
+            epoch=row.epoch,
+            holder=row.holder,
+            expires_at_ms=row.expires_at_ms,
+            remaining_ms=row.remaining_ms,
+        )
+
+    def release(self) -> None:
+        self._epoch = None
+        try:
+            self.rows.release(self.token)
+        except StoreError as exc:
+            raise LeaseError(f"the store lease could not be released: {exc}") from exc
+
+    def close(self) -> None:
+        """The store owns the connections; whoever built it closes it."""

@@ -36,14 +36,12 @@ otherwise keep the row locked, and no standby could ever take over.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from sqlalchemy import BigInteger, func, literal, or_, select, update
 from sqlalchemy.engine import Connection
 
-from celery_durable_beat.exceptions import LeaseError, StoreError
-from celery_durable_beat.lease.base import LeaseStatus, default_holder, new_token
+from celery_durable_beat.lease.base import FenceLease, LeaseRow
 from celery_durable_beat.store.sql import schema as sql_schema
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_TX_NOW
 from celery_durable_beat.store.tables import FENCE_ID, fence
@@ -52,23 +50,6 @@ if TYPE_CHECKING:
     from celery_durable_beat.lease.base import Lease
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class LeaseRow:
-    """The fence row after one acquire-or-renew: who holds the lease, at which epoch, until when.
-
-    ``leader`` says whether the caller's token holds it; ``acquired`` whether this call took it
-    (a new epoch) rather than renewing it; ``remaining_ms`` how long it has left by the
-    database's clock.
-    """
-
-    leader: bool
-    acquired: bool
-    epoch: int
-    holder: str | None
-    expires_at_ms: int | None
-    remaining_ms: int | None
 
 
 def _now(conn: Connection) -> Any:
@@ -169,8 +150,25 @@ class WriteTransactions(Protocol):
         """Run ``change`` in one committed write transaction; ``StoreError`` if it fails."""
 
 
-class StoreLease:
-    """Leadership through the store's fence row; expiry by the database's clock."""
+class SqlFenceRows:
+    """The fence row's statements, each in one of the store's write transactions."""
+
+    def __init__(self, store: WriteTransactions) -> None:
+        self.store = store
+
+    def acquire_or_renew(
+        self, token: str, holder: str, ttl_ms: int, epoch: int | None
+    ) -> LeaseRow:
+        return self.store.write_transaction(
+            lambda conn: _acquire_or_renew(conn, token, holder, ttl_ms, epoch)
+        )
+
+    def release(self, token: str) -> bool:
+        return self.store.write_transaction(lambda conn: _release(conn, token))
+
+
+class StoreLease(FenceLease):
+    """Leadership through the SQL store's fence row; expiry by the database's clock."""
 
     def __init__(
         self,
@@ -180,45 +178,11 @@ class StoreLease:
         holder: str | None = None,
         token: str | None = None,
     ) -> None:
+        super().__init__(SqlFenceRows(store), ttl_seconds, holder=holder, token=token)
         self.store = store
-        self.ttl_seconds = ttl_seconds
-        self.holder = holder or default_holder()
-        self.token = token or new_token()
-        self._ttl_ms = max(1, round(ttl_seconds * 1000))
-        self._epoch: int | None = None  # the epoch this lease acquired, while it leads
 
     def __repr__(self) -> str:
         return f"StoreLease(holder={self.holder!r}, ttl={self.ttl_seconds:g}s)"
-
-    def acquire_or_renew(self) -> LeaseStatus:
-        token, holder, ttl_ms, epoch = self.token, self.holder, self._ttl_ms, self._epoch
-        try:
-            row = self.store.write_transaction(
-                lambda conn: _acquire_or_renew(conn, token, holder, ttl_ms, epoch)
-            )
-        except StoreError as exc:
-            raise LeaseError(f"the store lease could not be renewed or acquired: {exc}") from exc
-        if row.leader:
-            # Kept after a refusal too: a row with this token at another epoch is never adopted.
-            self._epoch = row.epoch
-        return LeaseStatus(
-            leader=row.leader,
-            epoch=row.epoch,
-            holder=row.holder,
-            expires_at_ms=row.expires_at_ms,
-            remaining_ms=row.remaining_ms,
-        )
-
-    def release(self) -> None:
-        self._epoch = None
-        token = self.token
-        try:
-            self.store.write_transaction(lambda conn: _release(conn, token))
-        except StoreError as exc:
-            raise LeaseError(f"the store lease could not be released: {exc}") from exc
-
-    def close(self) -> None:
-        """The store owns the connections; the scheduler closes it."""
 
 
 if TYPE_CHECKING:

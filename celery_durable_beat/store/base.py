@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from celery_durable_beat.exceptions import InvalidArgument
 from celery_durable_beat.model import (
     Definition,
     Outcome,
@@ -242,3 +243,18 @@ def iter_chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     """Slices of at most ``size`` items, for batched writes."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+def check_advances(advances: Sequence[Advance]) -> None:
+    """Refuse a malformed batch before any backend writes it: every store keeps rule 5 alike."""
+    seen: set[int] = set()
+    for item in advances:
+        if item.schedule_id in seen:
+            raise InvalidArgument(f"schedule id {item.schedule_id} is advanced twice in one batch")
+        seen.add(item.schedule_id)
+        active = item.state is ScheduleState.ACTIVE
+        if active != (item.next_due_ms is not None):
+            raise InvalidArgument(
+                f"schedule id {item.schedule_id}: next_due_ms must be set exactly when the "
+                f"state is active; got state {item.state.value} and next_due_ms {item.next_due_ms}"
+            )

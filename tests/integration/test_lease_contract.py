@@ -1,6 +1,7 @@
 """The lease rules of ``lease/base.py`` held against every backend: the store lease on SQLite and
-PostgreSQL, and the Redis lease (with a PostgreSQL store for its epochs), in-process, with several
-lease objects standing for several beats. TTLs are short and waits are deadline polls."""
+PostgreSQL, the in-memory lease on a MemoryStore, and the Redis lease (with a PostgreSQL store for
+its epochs), in-process, with several lease objects standing for several beats. TTLs are short
+and waits are deadline polls."""
 
 from __future__ import annotations
 
@@ -13,22 +14,26 @@ import pytest
 
 from celery_durable_beat.exceptions import ConfigError, LeaseError, StaleEpoch
 from celery_durable_beat.lease.base import Lease, LeaseStatus
+from celery_durable_beat.lease.memory import MemoryLease
 from celery_durable_beat.lease.redis import DEFAULT_KEY, RedisLease
 from celery_durable_beat.lease.sql import StoreLease
 from celery_durable_beat.model import Outcome, Trigger
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import AuditEvent
+from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.wiring import make_lease
 from tests.support.procs import free_port, wait_until
+from tests.support.stores import open_store
 
 pytestmark = pytest.mark.integration
 
-BACKENDS = ["store-sqlite", "store-postgresql", "redis"]
+BACKENDS = ["store-sqlite", "store-postgresql", "store-memory", "redis"]
 SERVERS = pytest.mark.parametrize("backend", ["store-postgresql", "redis"], indirect=True)
-"""Backends with a server of their own (a clock other than this host's, a socket that can fail)."""
+"""Backends with a server of their own (a clock other than this host's, a socket that can fail);
+the memory lease, like SQLite, runs on its store's clock, which is this host's by default."""
 STORE_LEASES = pytest.mark.parametrize(
-    "backend", ["store-sqlite", "store-postgresql"], indirect=True
+    "backend", ["store-sqlite", "store-postgresql", "store-memory"], indirect=True
 )
 
 
@@ -37,10 +42,12 @@ class Backend:
     """A store and a way to make leases (one per would-be beat) on one backend."""
 
     name: str
-    store: SqlStore
+    store: SqlStore | MemoryStore
     redis_url: str | None
 
     def lease(self, holder: str, ttl: float = 30.0) -> Lease:
+        if isinstance(self.store, MemoryStore):
+            return MemoryLease(self.store, ttl, holder=holder)
         if self.redis_url is None:
             return StoreLease(self.store, ttl, holder=holder)
         return RedisLease(
@@ -69,10 +76,11 @@ class Backend:
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     name = request.param
-    url = request.getfixturevalue("sqlite_url" if name == "store-sqlite" else "pg_url")
+    kind = {"store-sqlite": "sqlite", "store-memory": "memory"}.get(name, "postgresql")
+    url = {"sqlite": "sqlite_url", "postgresql": "pg_url"}.get(kind)
     redis_url = request.getfixturevalue("redis_url") if name == "redis" else None
-    store = SqlStore(url)
-    store.ensure_schema()
+    store = open_store(kind, None if url is None else request.getfixturevalue(url))
+    assert isinstance(store, SqlStore | MemoryStore)
     yield Backend(name, store, redis_url)
     store.close()
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 from celery import Celery
@@ -22,12 +20,14 @@ T0 = 1_780_000_000_000
 
 
 @pytest.fixture
-def store(pg_url: str) -> Iterator[SqlStore]:
-    s = SqlStore(pg_url)
-    s.ensure_schema()
-    s.register_epoch(1)
-    yield s
-    s.close()
+def leader_epoch() -> int:
+    return 1
+
+
+@pytest.fixture
+def store(pg_store: SqlStore) -> SqlStore:
+    """PostgreSQL only: the broker is what these tests are about."""
+    return pg_store
 
 
 def _app(broker: str) -> Celery:

@@ -35,12 +35,9 @@ def key(tick_ms: int = T0, name: str = NAME) -> RunKey:
 
 
 @pytest.fixture
-def sql_store(store_url: str) -> Iterator[SqlStore]:
-    store = SqlStore(store_url)
-    store.ensure_schema()
-    store.register_epoch(1)
-    yield store
-    store.close()
+def leader_epoch() -> int:
+    """The shared ``sql_store`` fixture (tests/conftest.py) registers this epoch."""
+    return 1
 
 
 @pytest.fixture

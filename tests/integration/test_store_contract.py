@@ -1,13 +1,15 @@
-"""The store contract (``store/base.py``) held against SqlStore on PostgreSQL and SQLite.
+"""The store contract (``store/base.py``) held against every backend: SqlStore on PostgreSQL and
+SQLite, and MemoryStore (the shared ``store`` fixture of ``tests/conftest.py``).
 
-One test per numbered rule and per method; every test gets a fresh, empty database.
+One test per numbered rule and per method; every test gets a fresh, empty store. Tests of one
+backend's own machinery (connections, URLs) name that backend and say why.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -20,7 +22,8 @@ from celery_durable_beat.exceptions import (
 from celery_durable_beat.ids import jitter_offset_ms, tick_task_id
 from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
 from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec
-from celery_durable_beat.store.base import Advance, AuditEvent
+from celery_durable_beat.store.base import Advance, AuditEvent, Store
+from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.store.tables import runs
 
@@ -29,19 +32,11 @@ pytestmark = pytest.mark.integration
 MINUTE = 60_000
 
 
-@pytest.fixture
-def store(store_url: str) -> Iterator[SqlStore]:
-    sql_store = SqlStore(store_url)
-    sql_store.ensure_schema()
-    yield sql_store
-    sql_store.close()
-
-
 def definition(name: str, every_ms: int = MINUTE, **extra: object) -> Definition:
     return Definition(name=name, task="tasks.work", spec=IntervalSpec(every_ms), **extra)  # type: ignore[arg-type]
 
 
-def add(store: SqlStore, name: str, first_tick_ms: int, *, enabled: bool = True) -> int:
+def add(store: Store, name: str, first_tick_ms: int, *, enabled: bool = True) -> int:
     store.upsert(definition(name, enabled=enabled), Source.CONFIG, first_tick_ms, now_ms=0)
     record = store.get(name)
     assert record is not None
@@ -70,8 +65,32 @@ def moved(schedule_id: int, expected: int, to: int, **extra: object) -> Advance:
     return Advance(schedule_id, expected, to, **fields)  # type: ignore[arg-type]
 
 
+def track_run(store: Store) -> Callable[[str, int, str], None]:
+    """How the worker side records a run's state where the store's history reads it."""
+    if isinstance(store, MemoryStore):
+        states: dict[str, str] = {}
+        store.attach_run_states(states.get)
+        return lambda task_id, tick_ms, state: states.__setitem__(task_id, state)
+    assert isinstance(store, SqlStore)
+
+    def insert(task_id: str, tick_ms: int, state: str) -> None:
+        with store._get_engine().begin() as conn:
+            conn.execute(
+                runs.insert().values(
+                    task_id=task_id,
+                    schedule_key="job",
+                    tick_ms=tick_ms,
+                    trigger="auto",
+                    state=state,
+                    updated_at_ms=1,
+                )
+            )
+
+    return insert
+
+
 # -- rule 1: time ---------------------------------------------------------------------------------
-def test_now_ms_is_the_store_clock_in_epoch_ms(store: SqlStore) -> None:
+def test_now_ms_is_the_store_clock_in_epoch_ms(store: Store) -> None:
     before = time.time_ns() // 1_000_000
     now = store.now_ms()
     assert abs(now - before) < 5_000
@@ -79,7 +98,7 @@ def test_now_ms_is_the_store_clock_in_epoch_ms(store: SqlStore) -> None:
 
 
 # -- rule 2: due rows -----------------------------------------------------------------------------
-def test_claim_due_returns_only_due_active_rows_earliest_first(store: SqlStore) -> None:
+def test_claim_due_returns_only_due_active_rows_earliest_first(store: Store) -> None:
     add(store, "late", 3_000)
     add(store, "early", 1_000)
     add(store, "future", 9_000)
@@ -100,7 +119,7 @@ def test_claim_due_returns_only_due_active_rows_earliest_first(store: SqlStore) 
     assert first.definition == definition("early")
 
 
-def test_claim_due_honours_the_limit(store: SqlStore) -> None:
+def test_claim_due_honours_the_limit(store: Store) -> None:
     for index in range(5):
         add(store, f"s{index}", 1_000 + index)
     with store.claim_due(10_000, limit=3) as claim:
@@ -109,7 +128,7 @@ def test_claim_due_honours_the_limit(store: SqlStore) -> None:
         pass
 
 
-def test_inactive_rows_never_become_due(store: SqlStore) -> None:
+def test_inactive_rows_never_become_due(store: Store) -> None:
     for name, state in [
         ("paused", ScheduleState.PAUSED),
         ("archived", ScheduleState.ARCHIVED),
@@ -126,14 +145,14 @@ def test_inactive_rows_never_become_due(store: SqlStore) -> None:
         store.set_state("paused", ScheduleState.PAUSED, now_ms=1, next_due_ms=5)
 
 
-def test_earliest_due_ms(store: SqlStore) -> None:
+def test_earliest_due_ms(store: Store) -> None:
     assert store.earliest_due_ms() is None
     add(store, "b", 7_000)
     add(store, "a", 4_000)
     assert store.earliest_due_ms() == 4_000
 
 
-def test_clock_and_earliest_due_in_one_read(store: SqlStore) -> None:
+def test_clock_and_earliest_due_in_one_read(store: Store) -> None:
     before = store.now_ms()
     assert store.clock_and_earliest_due()[1] is None
     add(store, "a", 4_000)
@@ -142,8 +161,17 @@ def test_clock_and_earliest_due_in_one_read(store: SqlStore) -> None:
     assert before <= clock <= store.now_ms()
 
 
-def test_claims_on_postgresql_skip_rows_another_claim_holds(pg_url: str) -> None:
-    first_store, second_store = SqlStore(pg_url), SqlStore(pg_url)
+@pytest.mark.parametrize("backend", ["postgresql", "memory"])
+def test_claims_skip_rows_another_claim_holds(backend: str, request: pytest.FixtureRequest) -> None:
+    """Two beats on one store. Not on SQLite: it has no row locks, its writers take turns on the
+    whole file instead (a second claim waits), which the SQL store documents."""
+    first_store: Store
+    second_store: Store
+    if backend == "memory":
+        first_store = second_store = MemoryStore()
+    else:
+        url = request.getfixturevalue("pg_url")
+        first_store, second_store = SqlStore(url), SqlStore(url)
     first_store.ensure_schema()
     for index in range(6):
         add(first_store, f"s{index}", 1_000 + index)
@@ -170,7 +198,7 @@ def test_claims_on_postgresql_skip_rows_another_claim_holds(pg_url: str) -> None
 
 
 # -- rule 3: audit before advance -----------------------------------------------------------------
-def test_claim_commits_audit_when_it_ends_and_rolls_back_on_error(store: SqlStore) -> None:
+def test_claim_commits_audit_when_it_ends_and_rolls_back_on_error(store: Store) -> None:
     add(store, "job", 1_000)
 
     def failing_round() -> None:
@@ -195,7 +223,7 @@ def test_claim_commits_audit_when_it_ends_and_rolls_back_on_error(store: SqlStor
     assert abs(event.recorded_at_ms - store.now_ms()) < 5_000
 
 
-def test_enqueued_event_is_unique_per_task_id(store: SqlStore) -> None:
+def test_enqueued_event_is_unique_per_task_id(store: Store) -> None:
     add(store, "job", 1_000)
     with store.claim_due(5_000, limit=10) as claim:
         claim.record([enqueued("job", 1_000), enqueued("job", 1_000)], epoch=0)
@@ -214,7 +242,7 @@ def test_enqueued_event_is_unique_per_task_id(store: SqlStore) -> None:
     assert sorted(outcomes) == [Outcome.DEDUPLICATED, Outcome.DEDUPLICATED, Outcome.ENQUEUED]
 
 
-def test_enqueued_task_ids_reports_only_enqueued_records(store: SqlStore) -> None:
+def test_enqueued_task_ids_reports_only_enqueued_records(store: Store) -> None:
     ids = [tick_task_id("job", tick) for tick in range(0, 3_000, 1_000)]
     store.record([enqueued("job", 0)], epoch=0)
     store.record(
@@ -235,7 +263,7 @@ def test_enqueued_task_ids_reports_only_enqueued_records(store: SqlStore) -> Non
         assert claim.enqueued_task_ids([]) == set()
 
 
-def test_record_outside_a_claim_and_event_fields(store: SqlStore) -> None:
+def test_record_outside_a_claim_and_event_fields(store: Store) -> None:
     event = AuditEvent(
         schedule="Job",
         tick_ms=1_000,
@@ -257,7 +285,7 @@ def test_record_outside_a_claim_and_event_fields(store: SqlStore) -> None:
 
 
 # -- rule 4: fencing ------------------------------------------------------------------------------
-def test_register_epoch_only_raises(store: SqlStore) -> None:
+def test_register_epoch_only_raises(store: Store) -> None:
     assert store.leader_info().epoch == 0
     store.register_epoch(5)
     store.register_epoch(3)
@@ -265,7 +293,7 @@ def test_register_epoch_only_raises(store: SqlStore) -> None:
     assert (info.epoch, info.holder, info.expires_at_ms) == (5, None, None)
 
 
-def test_stale_epoch_is_rejected_and_writes_nothing(store: SqlStore) -> None:
+def test_stale_epoch_is_rejected_and_writes_nothing(store: Store) -> None:
     schedule_id = add(store, "job", 1_000)
     store.register_epoch(7)
 
@@ -287,7 +315,7 @@ def test_stale_epoch_is_rejected_and_writes_nothing(store: SqlStore) -> None:
 
 
 # -- rule 5: compare-and-set advance --------------------------------------------------------------
-def test_advance_moves_only_rows_still_where_the_round_found_them(store: SqlStore) -> None:
+def test_advance_moves_only_rows_still_where_the_round_found_them(store: Store) -> None:
     first = add(store, "first", 1_000)
     second = add(store, "second", 2_000)
     third = add(store, "third", 3_000)
@@ -323,7 +351,7 @@ def test_advance_moves_only_rows_still_where_the_round_found_them(store: SqlStor
     assert store.advance([], epoch=2) == []
 
 
-def test_advance_can_quarantine(store: SqlStore) -> None:
+def test_advance_can_quarantine(store: Store) -> None:
     schedule_id = add(store, "bad", 1_000)
     quarantine = Advance(
         schedule_id=schedule_id,
@@ -346,7 +374,7 @@ def test_advance_can_quarantine(store: SqlStore) -> None:
     assert store.counts_by_state()["quarantined"] == 1
 
 
-def test_advance_rejects_inconsistent_batches(store: SqlStore) -> None:
+def test_advance_rejects_inconsistent_batches(store: Store) -> None:
     schedule_id = add(store, "job", 1_000)
     with pytest.raises(InvalidArgument):
         store.advance([moved(schedule_id, 1_000, 2_000), moved(schedule_id, 1_000, 3_000)], 0)
@@ -355,7 +383,7 @@ def test_advance_rejects_inconsistent_batches(store: SqlStore) -> None:
 
 
 # -- rule 6 and the control plane -----------------------------------------------------------------
-def test_upsert_created_unchanged_updated(store: SqlStore) -> None:
+def test_upsert_created_unchanged_updated(store: Store) -> None:
     created = store.upsert(definition("Nightly"), Source.CONFIG, 60_000, now_ms=10)
     assert (created.status, created.version) == ("created", 1)
 
@@ -380,7 +408,7 @@ def test_upsert_created_unchanged_updated(store: SqlStore) -> None:
     assert (record.created_at_ms, record.updated_at_ms) == (10, 30)
 
 
-def test_upsert_plans_jitter_and_disabled_schedules(store: SqlStore) -> None:
+def test_upsert_plans_jitter_and_disabled_schedules(store: Store) -> None:
     cron = Definition(name="jittery", task="t", spec=CronSpec(("0", "3", "*", "*", "*")), jitter=30)
     store.upsert(cron, Source.API, 1_800_000, now_ms=0)
     record = store.get("jittery")
@@ -393,7 +421,7 @@ def test_upsert_plans_jitter_and_disabled_schedules(store: SqlStore) -> None:
     assert (off.state, off.next_tick_ms, off.next_due_ms) == (ScheduleState.PAUSED, 5_000, None)
 
 
-def test_upsert_reactivates_archived_and_resets_failures(store: SqlStore) -> None:
+def test_upsert_reactivates_archived_and_resets_failures(store: Store) -> None:
     add(store, "gone", 1_000)
     assert store.archive_missing([], Source.CONFIG, now_ms=5) == ["gone"]
     back = store.upsert(definition("gone"), Source.CONFIG, 90_000, now_ms=6)
@@ -407,7 +435,7 @@ def test_upsert_reactivates_archived_and_resets_failures(store: SqlStore) -> Non
     )
 
 
-def test_config_upsert_never_touches_an_api_schedule(store: SqlStore) -> None:
+def test_config_upsert_never_touches_an_api_schedule(store: Store) -> None:
     store.upsert(definition("shared"), Source.API, 1_000, now_ms=0)
     result = store.upsert(definition("shared", every_ms=5 * MINUTE), Source.CONFIG, 2_000, 1)
     assert (result.status, result.version) == ("unchanged", 1)
@@ -416,12 +444,12 @@ def test_config_upsert_never_touches_an_api_schedule(store: SqlStore) -> None:
     assert (record.source, record.next_tick_ms) == (Source.API, 1_000)
 
 
-def test_upsert_refuses_names_the_schema_cannot_hold(store: SqlStore) -> None:
+def test_upsert_refuses_names_the_schema_cannot_hold(store: Store) -> None:
     with pytest.raises(InvalidArgument):
         store.upsert(definition("x" * 201), Source.API, 0, now_ms=0)
 
 
-def test_archive_missing_archives_only_that_source(store: SqlStore) -> None:
+def test_archive_missing_archives_only_that_source(store: Store) -> None:
     add(store, "Keep", 1_000)
     add(store, "drop", 1_000)
     store.upsert(definition("api-made"), Source.API, 1_000, now_ms=0)
@@ -438,7 +466,7 @@ def test_archive_missing_archives_only_that_source(store: SqlStore) -> None:
     assert (counts["active"], counts["archived"]) == (2, 1)
 
 
-def test_set_state_pause_resume_and_unknown_names(store: SqlStore) -> None:
+def test_set_state_pause_resume_and_unknown_names(store: Store) -> None:
     schedule_id = add(store, "job", 1_000)
     store.advance([moved(schedule_id, 1_000, 2_000, failures=2)], epoch=0)
     paused = store.set_state("JOB", ScheduleState.PAUSED, now_ms=50)
@@ -458,7 +486,7 @@ def test_set_state_pause_resume_and_unknown_names(store: SqlStore) -> None:
         store.set_state("nope", ScheduleState.PAUSED, now_ms=1)
 
 
-def test_delete_keeps_history(store: SqlStore) -> None:
+def test_delete_keeps_history(store: Store) -> None:
     add(store, "job", 1_000)
     store.record([enqueued("job", 1_000)], epoch=0)
     assert store.delete("JOB") is True
@@ -468,7 +496,7 @@ def test_delete_keeps_history(store: SqlStore) -> None:
     assert store.find_enqueued(tick_task_id("job", 1_000)) is not None
 
 
-def test_list_schedules_includes_archived_ordered_by_name(store: SqlStore) -> None:
+def test_list_schedules_includes_archived_ordered_by_name(store: Store) -> None:
     for name in ("b", "C", "a"):
         add(store, name, 1_000)
     store.archive_missing(["a", "b"], Source.CONFIG, now_ms=1)
@@ -477,7 +505,7 @@ def test_list_schedules_includes_archived_ordered_by_name(store: SqlStore) -> No
     assert records[2].state is ScheduleState.ARCHIVED
 
 
-def test_history_pages_are_disjoint_newest_first_with_run_state(store: SqlStore) -> None:
+def test_history_pages_are_disjoint_newest_first_with_run_state(store: Store) -> None:
     store.record([enqueued("job", tick) for tick in range(25)], epoch=0)
     store.record([enqueued("other", 1)], epoch=0)
     first = store.history("job", limit=10)
@@ -493,18 +521,7 @@ def test_history_pages_are_disjoint_newest_first_with_run_state(store: SqlStore)
         store.history("job", limit=0)
 
     task_id = tick_task_id("job", 24)
-    engine = store._get_engine()
-    with engine.begin() as conn:
-        conn.execute(
-            runs.insert().values(
-                task_id=task_id,
-                schedule_key="job",
-                tick_ms=24,
-                trigger="auto",
-                state="succeeded",
-                updated_at_ms=1,
-            )
-        )
+    track_run(store)(task_id, 24, "succeeded")
     assert store.history("job", limit=1)[0].run_state == "succeeded"
     found = store.find_enqueued(task_id)
     assert found is not None
@@ -512,7 +529,7 @@ def test_history_pages_are_disjoint_newest_first_with_run_state(store: SqlStore)
     assert store.find_enqueued("job@nowhere") is None
 
 
-def test_prune_history_keeps_the_newest_per_schedule(store: SqlStore) -> None:
+def test_prune_history_keeps_the_newest_per_schedule(store: Store) -> None:
     store.record([enqueued("job", tick) for tick in range(12)], epoch=0)
     store.record([enqueued("Other", tick) for tick in range(3)], epoch=0)
     assert store.prune_history(["job", "other", "never-ran"], keep=5) == 7
@@ -525,7 +542,7 @@ def test_prune_history_keeps_the_newest_per_schedule(store: SqlStore) -> None:
         store.prune_history(["job"], keep=-1)
 
 
-def test_prune_history_keeps_what_the_round_relies_on(store: SqlStore) -> None:
+def test_prune_history_keeps_what_the_round_relies_on(store: Store) -> None:
     add(store, "job", 100)  # next tick 100: records at or after it prove a pending tick
     skipped = AuditEvent("job", 0, None, Trigger.AUTO, Outcome.SKIPPED, reason="overlap")
     store.record([enqueued("job", 50), enqueued("job", 100), enqueued("job", 101)], epoch=0)
@@ -536,14 +553,14 @@ def test_prune_history_keeps_what_the_round_relies_on(store: SqlStore) -> None:
     assert (50, "enqueued") not in kept  # before the next tick and not the newest: prunable
 
 
-def test_counts_by_state_lists_every_state(store: SqlStore) -> None:
+def test_counts_by_state_lists_every_state(store: Store) -> None:
     assert store.counts_by_state() == {"active": 0, "paused": 0, "archived": 0, "quarantined": 0}
     add(store, "a", 1_000)
     add(store, "b", 1_000, enabled=False)
     assert store.counts_by_state() == {"active": 1, "paused": 1, "archived": 0, "quarantined": 0}
 
 
-def test_due_backlog_counts_due_active_rows(store: SqlStore) -> None:
+def test_due_backlog_counts_due_active_rows(store: Store) -> None:
     add(store, "a", 1_000)
     add(store, "b", 2_000)
     add(store, "c", 9_000)
@@ -575,7 +592,7 @@ def test_unsupported_backend_is_refused_at_construction() -> None:
         SqlStore("mysql://root@localhost/beat")
 
 
-def test_lookups_of_impossible_names_find_nothing(store: SqlStore) -> None:
+def test_lookups_of_impossible_names_find_nothing(store: Store) -> None:
     assert store.get("x" * 500) is None
     assert store.history("", limit=5) == []
     assert store.delete("x" * 500) is False

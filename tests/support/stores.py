@@ -1,7 +1,8 @@
-"""Fault injection around the real store: the real SQL underneath, a failure where we say.
+"""Stores for tests: one builder for every backend, and fault injection around the real store.
 
-These wrappers are how the tests prove the round order (publish → audit → advance): they make
-exactly one step fail, then let the next round run against the very same database.
+``open_store`` is what the shared fixtures of ``tests/conftest.py`` build each backend with. The
+fault wrappers are how the tests prove the round order (publish → audit → advance): they make
+exactly one step fail, then let the next round run against the very same store.
 """
 
 from __future__ import annotations
@@ -10,8 +11,17 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from celery_durable_beat.store.base import Advance, AuditEvent, Claim
+from celery_durable_beat.store.base import Advance, AuditEvent, Claim, Store
+from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.store.sql import SqlStore
+
+
+def open_store(kind: str, url: str | None = None) -> Store:
+    """A fresh store of ``kind`` (``sqlite``/``postgresql`` on ``url``, or ``memory``), schema
+    ready."""
+    store: Store = MemoryStore() if kind == "memory" else SqlStore(str(url))
+    store.ensure_schema()
+    return store
 
 
 class InjectedFault(RuntimeError):
@@ -30,17 +40,15 @@ class _FailingClaim:
         raise InjectedFault("audit write failed")
 
 
-class FaultyStore(SqlStore):
-    """A SqlStore whose next audit write or advance fails once, on request."""
+class _Faults:
+    """Makes the next audit write or advance of the store it is mixed into fail once."""
 
-    def __init__(self, url: str) -> None:
-        super().__init__(url)
-        self.fail_audit_once = False
-        self.fail_advance_once = False
+    fail_audit_once = False
+    fail_advance_once = False
 
     @contextmanager
     def claim_due(self, now_ms: int, limit: int) -> Iterator[Any]:
-        with super().claim_due(now_ms, limit) as claim:
+        with super().claim_due(now_ms, limit) as claim:  # type: ignore[misc]
             if self.fail_audit_once and claim.schedules:
                 self.fail_audit_once = False
                 yield _FailingClaim(claim)
@@ -51,4 +59,12 @@ class FaultyStore(SqlStore):
         if self.fail_advance_once and advances:
             self.fail_advance_once = False
             raise InjectedFault("crash between audit and advance")
-        return super().advance(advances, epoch)
+        return super().advance(advances, epoch)  # type: ignore[misc, no-any-return]
+
+
+class FaultyStore(_Faults, SqlStore):
+    """A SqlStore whose next audit write or advance fails once, on request."""
+
+
+class FaultyMemoryStore(_Faults, MemoryStore):
+    """A MemoryStore whose next audit write or advance fails once, on request."""

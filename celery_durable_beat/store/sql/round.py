@@ -22,7 +22,7 @@ from sqlalchemy import ARRAY, BigInteger, String, bindparam, column, func, selec
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import BindParameter
 
-from celery_durable_beat.exceptions import InvalidArgument, StaleEpoch
+from celery_durable_beat.exceptions import StaleEpoch
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Action, Definition, ScheduleState
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, iter_chunks
@@ -156,20 +156,6 @@ def record(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
         index_elements=[audit.c.task_id], index_where=ENQUEUED
     )
     conn.execute(stmt, rows)
-
-
-def check_advances(advances: Sequence[Advance]) -> None:
-    seen: set[int] = set()
-    for item in advances:
-        if item.schedule_id in seen:
-            raise InvalidArgument(f"schedule id {item.schedule_id} is advanced twice in one batch")
-        seen.add(item.schedule_id)
-        active = item.state is ScheduleState.ACTIVE
-        if active != (item.next_due_ms is not None):
-            raise InvalidArgument(
-                f"schedule id {item.schedule_id}: next_due_ms must be set exactly when the "
-                f"state is active; got state {item.state.value} and next_due_ms {item.next_due_ms}"
-            )
 
 
 def _advance_values(item: Advance, epoch: int, now: int) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from celery_durable_beat.store.base import (
     ScheduleRecord,
     StoredEvent,
     UpsertResult,
+    check_advances,
 )
 from celery_durable_beat.store.sql import admin as sql_admin
 from celery_durable_beat.store.sql import round as sql_round
@@ -94,7 +95,7 @@ class SqlStore(LazyEngine):
     def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
         if not advances:
             return []
-        sql_round.check_advances(advances)
+        check_advances(advances)
         apply = sql_round.advance_pg if self._postgres else sql_round.advance_sqlite
         with self._tx() as conn:
             now = sql_round.check_fence(conn, epoch)

@@ -1,4 +1,4 @@
-"""FrozenBeat (SPEC §11): the real dispatch path on a frozen clock."""
+"""FrozenBeat (SPEC §11): the real dispatch path on a frozen clock, over the in-memory store."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from celery import Celery
 
 from celery_durable_beat.testing import FrozenBeat
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.unit
 
 
 def _app(schedule: dict[str, dict[str, object]], tz: str = "UTC") -> Celery:

@@ -1,0 +1,405 @@
+"""``MemoryStore``: the store contract (``store/base.py``) in this process's memory.
+
+For tests of everything above the store (the dispatch round, config sync, the control API, the
+worker guard) and for ``FrozenBeat``: no database, no files, and a clock that can be injected.
+The contract suite (``tests/integration/test_store_contract.py``) holds it to the same rules as
+the SQL store, so a test that passes here means the same thing it would on SQL.
+
+How each rule is kept:
+
+1. **Time.** ``now_ms()`` is the injected clock (default: this host's, in ms).
+2. **Due rows.** ``claim_due`` picks active rows with ``next_due_ms <= now_ms`` earliest first;
+   rows held by an open claim are skipped by other claims, as ``FOR UPDATE SKIP LOCKED`` does.
+3. **Audit before advance.** A claim buffers its events and commits them when it ends without
+   an error; ``enqueued`` events are unique per task id (a second one is dropped).
+4. **Fencing.** Every write checks its epoch against the fence under the store's one lock.
+5. **Compare-and-set advance.** Checked and applied under that lock, item by item.
+6. **History outlives schedules.** Events are kept by lower-cased schedule name.
+
+Names are case-insensitive exactly as on SQL, and ``upsert`` mirrors ``store/sql/admin.py``.
+The store also carries the fence row the store lease uses (``lease_acquire_or_renew``), so
+``MemoryLease`` (``lease/memory.py``) elects one leader among lease objects sharing a store.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from celery_durable_beat.clock import SystemClock
+from celery_durable_beat.exceptions import InvalidArgument, ScheduleNotFound, StaleEpoch
+from celery_durable_beat.lease.base import LeaseRow
+from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
+from celery_durable_beat.store.base import (
+    Advance,
+    AuditEvent,
+    DueSchedule,
+    LeaderInfo,
+    ScheduleRecord,
+    StoredEvent,
+    UpsertResult,
+    check_advances,
+)
+from celery_durable_beat.store.memory_rows import (
+    Fence,
+    Row,
+    plan,
+    prunable,
+    storable_key,
+    to_stored,
+    value_of,
+)
+
+if TYPE_CHECKING:
+    from celery_durable_beat.store.base import Store
+
+RunStateLookup = Callable[[str], "str | None"]
+"""Task id → run state (``run_state`` of history); set by an in-memory runs backend."""
+
+
+def _no_run_state(task_id: str) -> str | None:
+    return None
+
+
+class MemoryStore:
+    """Schedules, audit history and the fence in a dict, behind one lock."""
+
+    def __init__(self, clock: Callable[[], int] | None = None, *, url: str = "memory://") -> None:
+        self.url = url
+        self._clock = clock or SystemClock().now_ms
+        self._lock = threading.RLock()
+        self._rows: dict[str, Row] = {}  # by lower-cased name
+        self._events: dict[str, list[StoredEvent]] = {}  # by lower-cased name, oldest first
+        self._enqueued: dict[str, StoredEvent] = {}  # by task id
+        self._held: set[int] = set()  # row ids inside an open claim
+        self._fence = Fence()
+        self._next_row_id = 1
+        self._next_event_id = 1
+        self._run_state: RunStateLookup = _no_run_state
+
+    def __repr__(self) -> str:
+        return f"MemoryStore({len(self._rows)} schedules)"
+
+    def attach_run_states(self, lookup: RunStateLookup) -> None:
+        """Where ``history``/``find_enqueued`` read each event's run state (a runs backend)."""
+        self._run_state = lookup
+
+    # -- time and the round -------------------------------------------------------------------
+    def now_ms(self) -> int:
+        return int(self._clock())
+
+    def earliest_due_ms(self) -> int | None:
+        with self._lock:
+            due = [row.next_due_ms for row in self._rows.values() if row.next_due_ms is not None]
+        return min(due, default=None)
+
+    def clock_and_earliest_due(self) -> tuple[int, int | None]:
+        return self.now_ms(), self.earliest_due_ms()
+
+    @contextmanager
+    def claim_due(self, now_ms: int, limit: int) -> Iterator[MemoryClaim]:
+        if limit < 1:
+            raise InvalidArgument(f"claim_due needs a limit of at least 1; got {limit}")
+        with self._lock:
+            rows = sorted(
+                (
+                    row
+                    for row in self._rows.values()
+                    if row.next_due_ms is not None
+                    and row.next_due_ms <= now_ms
+                    and row.id not in self._held
+                ),
+                key=lambda row: (row.next_due_ms, row.id),
+            )[:limit]
+            self._held.update(row.id for row in rows)
+        claim = MemoryClaim(self, [row.due() for row in rows])
+        try:
+            yield claim
+            with self._lock:
+                self._insert_events(claim.pending)
+        finally:
+            with self._lock:
+                self._held.difference_update(row.id for row in rows)
+
+    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
+        if not events:
+            return
+        with self._lock:
+            self._insert_events(self._stamp(events, epoch))
+
+    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
+        if not advances:
+            return []
+        check_advances(advances)
+        with self._lock:
+            now = self._check_fence(epoch)
+            by_id = {row.id: row for row in self._rows.values()}
+            applied: list[bool] = []
+            for item in advances:
+                row = by_id.get(item.schedule_id)
+                moves = (
+                    row is not None
+                    and row.state is ScheduleState.ACTIVE
+                    and row.next_tick_ms == item.expected_next_tick_ms
+                )
+                if moves and row is not None:
+                    row.apply(item, epoch, now)
+                applied.append(moves)
+        return applied
+
+    def register_epoch(self, epoch: int) -> None:
+        with self._lock:
+            self._fence.epoch = max(self._fence.epoch, epoch)
+
+    def leader_info(self) -> LeaderInfo:
+        with self._lock:
+            fence = self._fence
+            return LeaderInfo(holder=fence.holder, epoch=fence.epoch, expires_at_ms=fence.expires)
+
+    # -- the store lease (lease/memory.py) ------------------------------------------------------
+    def lease_acquire_or_renew(
+        self, token: str, holder: str, ttl_ms: int, epoch: int | None = None
+    ) -> LeaseRow:
+        """The compare-and-set rules of ``lease/sql.py`` on the in-memory fence row."""
+        with self._lock:
+            return self._fence.acquire_or_renew(self.now_ms(), token, holder, ttl_ms, epoch)
+
+    def lease_release(self, token: str) -> bool:
+        with self._lock:
+            return self._fence.release(token)
+
+    # -- schema: nothing to create or upgrade ---------------------------------------------------
+    def ensure_schema(self) -> None:
+        """Memory has no schema; always current."""
+
+    def migrate(self) -> str:
+        """Nothing to migrate; the name says which store answered."""
+        return "memory"
+
+    # -- definitions --------------------------------------------------------------------------
+    def get(self, name: str) -> ScheduleRecord | None:
+        with self._lock:
+            row = self._rows.get(name.lower())
+            return None if row is None else row.record()
+
+    def list_schedules(self) -> list[ScheduleRecord]:
+        with self._lock:
+            rows = sorted(self._rows.values(), key=lambda row: (row.key, row.id))
+            return [row.record() for row in rows]
+
+    def upsert(
+        self, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
+    ) -> UpsertResult:
+        """As ``store/sql/admin.upsert``: config never touches an API schedule, an archived
+        unchanged schedule comes back at its version, an operator pause survives a change."""
+        key = storable_key(definition.name)
+        stored = Definition.from_json(definition.name, definition.to_json())  # a detached copy
+        digest = stored.definition_hash()
+        with self._lock:
+            row = self._rows.get(key)
+            if row is None:
+                self._rows[key] = Row.new(
+                    self._next_row_id, stored, digest, source, first_tick_ms, now_ms
+                )
+                self._next_row_id += 1
+                return UpsertResult(definition.name, "created", 1)
+            archived = row.state is ScheduleState.ARCHIVED
+            same = row.definition_hash == digest
+            if (source is Source.CONFIG and row.source is Source.API) or (same and not archived):
+                return UpsertResult(row.name, "unchanged", row.version)
+            operator_paused = (
+                row.state is ScheduleState.PAUSED and row.definition.enabled == stored.enabled
+            )
+            row.replace(stored, digest, row.version if same else row.version + 1, now_ms)
+            row.plan(*plan(stored, first_tick_ms))
+            if operator_paused:
+                row.state, row.next_due_ms = ScheduleState.PAUSED, None
+            return UpsertResult(definition.name, "updated", row.version)
+
+    def archive_missing(self, keep_names: Sequence[str], source: Source, now_ms: int) -> list[str]:
+        keep = {name.lower() for name in keep_names}
+        with self._lock:
+            gone = [
+                row
+                for row in self._rows.values()
+                if row.source is source
+                and row.state is not ScheduleState.ARCHIVED
+                and row.key not in keep
+            ]
+            for row in gone:
+                row.set_state(ScheduleState.ARCHIVED, None, None, now_ms)
+            return sorted(row.name for row in gone)
+
+    def set_state(
+        self,
+        name: str,
+        state: ScheduleState,
+        now_ms: int,
+        next_tick_ms: int | None = None,
+        next_due_ms: int | None = None,
+    ) -> ScheduleRecord:
+        if state is not ScheduleState.ACTIVE and next_due_ms is not None:
+            raise InvalidArgument(f"a {state.value} schedule has no next_due_ms; got {next_due_ms}")
+        if state is ScheduleState.ACTIVE and (next_tick_ms is None or next_due_ms is None):
+            raise InvalidArgument("an active schedule needs next_tick_ms and next_due_ms")
+        with self._lock:
+            row = self._rows.get(name.lower())
+            if row is None:
+                raise ScheduleNotFound(name)
+            row.set_state(state, next_tick_ms, next_due_ms, now_ms)
+            return row.record()
+
+    def delete(self, name: str) -> bool:
+        with self._lock:
+            return self._rows.pop(name.lower(), None) is not None
+
+    # -- history ------------------------------------------------------------------------------
+    def history(self, name: str, limit: int, before_id: int | None = None) -> list[StoredEvent]:
+        if limit < 1:
+            raise InvalidArgument(f"history limit must be at least 1; got {limit}")
+        with self._lock:
+            events = self._events.get(name.lower(), [])
+            page: list[StoredEvent] = []
+            for event in reversed(events):
+                if before_id is not None and event.id >= before_id:
+                    continue
+                page.append(event)
+                if len(page) == limit:
+                    break
+        return [self._with_run_state(event) for event in page]
+
+    def find_enqueued(self, task_id: str) -> StoredEvent | None:
+        with self._lock:
+            event = self._enqueued.get(task_id)
+        return None if event is None else self._with_run_state(event)
+
+    def newest_enqueued(self, name: str, before_tick_ms: int) -> StoredEvent | None:
+        """The newest automatic ``enqueued`` event of ``name`` with a tick before the given one
+        (what an in-memory runs backend answers ``previous_tick`` from)."""
+        with self._lock:
+            for event in reversed(self._events.get(name.lower(), [])):
+                if (
+                    event.outcome is Outcome.ENQUEUED
+                    and event.trigger is Trigger.AUTO
+                    and event.tick_ms < before_tick_ms
+                ):
+                    return self._with_run_state(event)
+        return None
+
+    def prune_history(self, names: Sequence[str], keep: int) -> int:
+        """As on SQL: the newest automatic ``enqueued`` record and every record at or after the
+        schedule's next tick survive whatever ``keep`` says."""
+        if keep < 0:
+            raise InvalidArgument(f"keep must be 0 or more; got {keep}")
+        removed = 0
+        with self._lock:
+            for key in sorted({name.lower() for name in names}):
+                events = self._events.get(key, [])
+                row = self._rows.get(key)
+                drop = prunable(events, keep, None if row is None else row.next_tick_ms)
+                if drop:
+                    self._events[key] = [event for event in events if event.id not in drop]
+                    for event in events:
+                        if event.id in drop and event.outcome is Outcome.ENQUEUED:
+                            self._enqueued.pop(event.task_id or "", None)
+                    removed += len(drop)
+        return removed
+
+    # -- status -------------------------------------------------------------------------------
+    def counts_by_state(self) -> dict[str, int]:
+        counts = {state.value: 0 for state in ScheduleState}
+        with self._lock:
+            for row in self._rows.values():
+                counts[row.state.value] += 1
+        return counts
+
+    def due_backlog(self, now_ms: int) -> int:
+        with self._lock:
+            return sum(
+                1
+                for row in self._rows.values()
+                if row.next_due_ms is not None and row.next_due_ms <= now_ms
+            )
+
+    def close(self) -> None:
+        """Nothing to release; the data stays until the object goes."""
+
+    # -- internals (callers hold the lock) ------------------------------------------------------
+    def _check_fence(self, epoch: int) -> int:
+        newest = self._fence.epoch
+        if epoch < newest:
+            raise StaleEpoch(
+                f"a write carried fencing epoch {epoch}, older than {newest}, the newest this "
+                "store has seen: another beat leads now"
+            )
+        return self.now_ms()
+
+    def _stamp(self, events: Sequence[AuditEvent], epoch: int) -> list[_Pending]:
+        now = self._check_fence(epoch)
+        return [_Pending(event, epoch, now) for event in events]
+
+    def _insert_events(self, pending: Sequence[_Pending]) -> None:
+        for item in pending:
+            event = item.event
+            outcome = Outcome(value_of(event.outcome))
+            if outcome is Outcome.ENQUEUED and event.task_id in self._enqueued:
+                continue  # rule 3: a replayed enqueued record is ignored, never an error
+            stored = to_stored(self._next_event_id, event, item.epoch, item.now)
+            self._next_event_id += 1
+            self._events.setdefault(event.schedule.lower(), []).append(stored)
+            if outcome is Outcome.ENQUEUED and event.task_id is not None:
+                self._enqueued[event.task_id] = stored
+
+    def _with_run_state(self, event: StoredEvent) -> StoredEvent:
+        if event.task_id is None:
+            return event
+        state = self._run_state(event.task_id)
+        if state is None:
+            return event
+        return StoredEvent(**{**event.__dict__, "run_state": state})
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """An event stamped with the epoch and time of its write, waiting for its claim to end."""
+
+    event: AuditEvent
+    epoch: int
+    now: int
+
+
+@dataclass
+class MemoryClaim:
+    """The due rows of one round; events recorded here are kept when the claim ends cleanly."""
+
+    store: MemoryStore
+    schedules: Sequence[DueSchedule]
+    pending: list[_Pending] = field(default_factory=list)
+
+    def enqueued_task_ids(self, task_ids: Sequence[str]) -> set[str]:
+        mine = {
+            item.event.task_id
+            for item in self.pending
+            if value_of(item.event.outcome) == Outcome.ENQUEUED.value
+        }
+        with self.store._lock:
+            return {
+                task_id
+                for task_id in task_ids
+                if task_id in self.store._enqueued or task_id in mine
+            }
+
+    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
+        if events:
+            with self.store._lock:
+                self.pending.extend(self.store._stamp(events, epoch))
+
+
+if TYPE_CHECKING:
+
+    def _conforms(store: MemoryStore) -> Store:
+        """mypy proves here that MemoryStore keeps the whole Store protocol."""
+        return store

@@ -1,0 +1,244 @@
+"""The rows of ``MemoryStore``: a schedule row, the fence row, and the pruning rule.
+
+Each mirrors one table of the SQL store (``store/tables.py``) and the statement rules that
+write it (``store/sql/admin.py``, ``lease/sql.py``), so the two backends answer alike. A
+schedule row keeps the parsed ``Definition`` only (never its JSON beside it): what a round needs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from celery_durable_beat.exceptions import InvalidArgument
+from celery_durable_beat.lease.base import LeaseRow
+from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
+from celery_durable_beat.policy import dispatch_offset_ms
+from celery_durable_beat.store.base import (
+    Advance,
+    AuditEvent,
+    DueSchedule,
+    ScheduleRecord,
+    StoredEvent,
+)
+from celery_durable_beat.store.tables import NAME_LENGTH
+
+_NO_TICK = 2**62
+"""Above every tick: a schedule without a next tick protects none of its records."""
+
+
+def value_of(member: Any) -> Any:
+    """Enum members kept as their value, as the SQL store writes them."""
+    return getattr(member, "value", member)
+
+
+def storable_key(name: str) -> str:
+    """The key of a name about to be stored; the same length limit as the SQL columns."""
+    key = name.lower()
+    if not name or len(name) > NAME_LENGTH or len(key) > NAME_LENGTH:
+        raise InvalidArgument(f"schedule name {name!r} must have 1 to {NAME_LENGTH} characters")
+    return key
+
+
+def to_stored(event_id: int, event: AuditEvent, epoch: int, now_ms: int) -> StoredEvent:
+    """An audit event as the SQL store keeps it: enums as values, ``detail`` as detached JSON."""
+    return StoredEvent(
+        id=event_id,
+        schedule=event.schedule,
+        tick_ms=event.tick_ms,
+        task_id=event.task_id,
+        trigger=Trigger(value_of(event.trigger)),
+        outcome=Outcome(value_of(event.outcome)),
+        reason=value_of(event.reason),
+        lag_ms=event.lag_ms,
+        version=event.version,
+        epoch=epoch,
+        recorded_at_ms=now_ms,
+        detail=json.loads(json.dumps(dict(event.detail))),
+        run_state=None,
+    )
+
+
+def plan(definition: Definition, first_tick_ms: int) -> tuple[ScheduleState, int, int | None]:
+    """State, next tick and next due instant of a created, changed or re-activated schedule."""
+    if not definition.enabled:
+        return ScheduleState.PAUSED, first_tick_ms, None
+    offset = dispatch_offset_ms(definition.name, definition.spec, first_tick_ms, definition.jitter)
+    return ScheduleState.ACTIVE, first_tick_ms, first_tick_ms + offset
+
+
+@dataclass(slots=True)
+class Row:
+    """One schedule, as the ``durable_beat_schedules`` row holds it."""
+
+    id: int
+    key: str
+    name: str
+    definition: Definition
+    definition_hash: str
+    version: int
+    source: Source
+    state: ScheduleState
+    next_tick_ms: int | None
+    next_due_ms: int | None
+    last_tick_ms: int | None
+    last_outcome: Outcome | None
+    failures: int
+    epoch: int
+    created_at_ms: int
+    updated_at_ms: int
+
+    @classmethod
+    def new(
+        cls,
+        row_id: int,
+        definition: Definition,
+        digest: str,
+        source: Source,
+        first_tick_ms: int,
+        now_ms: int,
+    ) -> Row:
+        state, next_tick, next_due = plan(definition, first_tick_ms)
+        return cls(
+            id=row_id,
+            key=definition.name.lower(),
+            name=definition.name,
+            definition=definition,
+            definition_hash=digest,
+            version=1,
+            source=source,
+            state=state,
+            next_tick_ms=next_tick,
+            next_due_ms=next_due,
+            last_tick_ms=None,
+            last_outcome=None,
+            failures=0,
+            epoch=0,
+            created_at_ms=now_ms,
+            updated_at_ms=now_ms,
+        )
+
+    def replace(self, definition: Definition, digest: str, version: int, now_ms: int) -> None:
+        """A new definition (the name's case may change too)."""
+        self.name = definition.name
+        self.definition = definition
+        self.definition_hash = digest
+        self.version = version
+        self.updated_at_ms = now_ms
+
+    def plan(self, state: ScheduleState, next_tick_ms: int, next_due_ms: int | None) -> None:
+        self.state, self.next_tick_ms, self.next_due_ms = state, next_tick_ms, next_due_ms
+        self.failures = 0
+
+    def set_state(
+        self, state: ScheduleState, next_tick_ms: int | None, next_due_ms: int | None, now_ms: int
+    ) -> None:
+        self.state, self.next_tick_ms, self.next_due_ms = state, next_tick_ms, next_due_ms
+        self.failures = 0
+        self.updated_at_ms = now_ms
+
+    def apply(self, item: Advance, epoch: int, now_ms: int) -> None:
+        """A compare-and-set advance that matched."""
+        self.next_tick_ms = item.next_tick_ms
+        self.next_due_ms = item.next_due_ms
+        self.last_tick_ms = item.last_tick_ms
+        self.last_outcome = None if item.last_outcome is None else Outcome(item.last_outcome)
+        self.failures = item.failures
+        self.state = item.state
+        self.epoch = epoch
+        self.updated_at_ms = now_ms
+
+    def due(self) -> DueSchedule:
+        assert self.next_tick_ms is not None
+        return DueSchedule(
+            id=self.id,
+            name=self.name,
+            definition=self.definition,
+            version=self.version,
+            next_tick_ms=self.next_tick_ms,
+            last_tick_ms=self.last_tick_ms,
+            failures=self.failures,
+        )
+
+    def record(self) -> ScheduleRecord:
+        return ScheduleRecord(
+            id=self.id,
+            name=self.name,
+            definition=self.definition,
+            definition_hash=self.definition_hash,
+            version=self.version,
+            source=self.source,
+            state=self.state,
+            next_tick_ms=self.next_tick_ms,
+            next_due_ms=self.next_due_ms,
+            last_tick_ms=self.last_tick_ms,
+            last_outcome=self.last_outcome,
+            failures=self.failures,
+            created_at_ms=self.created_at_ms,
+            updated_at_ms=self.updated_at_ms,
+        )
+
+
+@dataclass(slots=True)
+class Fence:
+    """The fence row: the newest epoch and, under the store lease, who holds it until when."""
+
+    epoch: int = 0
+    holder: str | None = None
+    token: str | None = None
+    expires: int | None = None
+
+    def acquire_or_renew(
+        self, now: int, token: str, holder: str, ttl_ms: int, epoch: int | None
+    ) -> LeaseRow:
+        """Renew if ``token`` holds an unexpired lease (at ``epoch`` when given), else take a
+        free or expired one with a new epoch, else say who leads (``lease/sql.py``)."""
+        live = self.expires is not None and self.expires > now
+        if self.token == token and live and (epoch is None or self.epoch == epoch):
+            self.holder, self.expires = holder, now + ttl_ms
+            return self._row(now, leader=True, acquired=False)
+        if self.holder is None or self.token is None or not live:
+            self.epoch += 1
+            self.holder, self.token, self.expires = holder, token, now + ttl_ms
+            return self._row(now, leader=True, acquired=True)
+        return self._row(now, leader=False, acquired=False)
+
+    def release(self, token: str) -> bool:
+        if self.token != token:
+            return False
+        self.holder = self.token = self.expires = None
+        return True
+
+    def _row(self, now: int, *, leader: bool, acquired: bool) -> LeaseRow:
+        return LeaseRow(
+            leader=leader,
+            acquired=acquired,
+            epoch=self.epoch,
+            holder=self.holder,
+            expires_at_ms=self.expires,
+            remaining_ms=None if self.expires is None else max(0, self.expires - now),
+        )
+
+
+def prunable(events: Sequence[StoredEvent], keep: int, next_tick_ms: int | None) -> set[int]:
+    """Ids of the events ``prune_history`` removes (``store/sql/admin._prunable``'s rule): older
+    than the ``keep`` newest, except the newest automatic ``enqueued`` one and any at or after
+    the schedule's next tick."""
+    newest_enqueued = max(
+        (e.id for e in events if e.outcome is Outcome.ENQUEUED and e.trigger is Trigger.AUTO),
+        default=-1,
+    )
+    ids = sorted((e.id for e in events), reverse=True)
+    threshold = ids[keep - 1] if 0 < keep <= len(ids) else None
+    if keep > 0 and threshold is None:
+        return set()
+    limit = _NO_TICK if next_tick_ms is None else next_tick_ms
+    return {
+        e.id
+        for e in events
+        if e.id != newest_enqueued
+        and e.tick_ms < limit
+        and (threshold is None or e.id < threshold)
+    }

@@ -1,0 +1,400 @@
+"""The Python control API (``DurableBeat``) on the in-memory store.
+
+Time is controlled where the answer depends on it: look-ahead takes ``after=``, dispatch rounds
+take ``now_ms``; only "now" for pause/resume/upsert is the store's clock, as in production. The
+store calls it makes are held to the SQL stores' behaviour by the store contract suite; what
+needs a database of its own (the schema made on first use) is in
+``tests/integration/test_control.py``.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from celery_durable_beat import DurableBeat
+from celery_durable_beat.celery_config import definitions_from_app
+from celery_durable_beat.control import ScheduleView, UpsertStatus
+from celery_durable_beat.control.views import EVENT_FIELDS, LIST_FIELDS
+from celery_durable_beat.dispatch import Dispatcher
+from celery_durable_beat.exceptions import (
+    ConfigError,
+    InvalidArgument,
+    PublishFailed,
+    ScheduleConflict,
+    ScheduleNotFound,
+)
+from celery_durable_beat.ids import manual_task_id
+from celery_durable_beat.model import Reason, ScheduleState, Trigger
+from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.settings import Settings
+from celery_durable_beat.store.base import Store
+from celery_durable_beat.sync import sync_definitions
+
+pytestmark = pytest.mark.unit
+
+APP_URL = "sqlite:///never-opened.sqlite3"
+"""The app's store setting; the tests inject their store, so nothing opens it."""
+
+SPEC_LIST_FIELDS = {
+    "name",
+    "task",
+    "schedule",
+    "tz",
+    "missed",
+    "backfill_max",
+    "overlap",
+    "jitter",
+    "state",
+    "version",
+    "source",
+    "next_tick",
+    "next_tick_ms",
+    "last_tick_ms",
+    "last_outcome",
+}
+SPEC_EVENT_FIELDS = {
+    "schedule",
+    "tick_ms",
+    "task_id",
+    "trigger",
+    "outcome",
+    "reason",
+    "lag_ms",
+    "version",
+    "recorded_at",
+    "run_state",
+}
+FAST = {"task": "proj.pulse", "schedule": "@every:100", "missed": "backfill", "backfill_max": 1000}
+PULSE = {
+    "task": "proj.pulse",
+    "schedule": "@every 1s",
+    "missed": "backfill",
+    "backfill_max": 1000,
+    "kwargs": {"at": "{{scheduled_for}}", "n": 1},
+}
+
+
+def make_app(url: str, beat_schedule: dict[str, Any] | None = None) -> Celery:
+    app = Celery("proj", broker="memory://", set_as_current=False)
+    app.conf.update(
+        timezone="Europe/Berlin", durable_beat_url=url, beat_schedule=beat_schedule or {}
+    )
+    return app
+
+
+@pytest.fixture
+def leader_epoch() -> int:
+    return 1
+
+
+@pytest.fixture
+def publisher() -> CapturingPublisher:
+    return CapturingPublisher()
+
+
+@pytest.fixture
+def beat(store: Store, publisher: CapturingPublisher) -> DurableBeat:
+    return DurableBeat(make_app(APP_URL), store=store, publisher=publisher)
+
+
+def dispatch_at(store: Store, now_ms: int) -> CapturingPublisher:
+    """One real leader round at ``now_ms``; returns what it published."""
+    captured = CapturingPublisher()
+    Dispatcher(store, captured, batch_size=100).run_round(now_ms, epoch=1)
+    return captured
+
+
+# -- upsert -----------------------------------------------------------------------------------
+def test_upsert_created_unchanged_updated_with_versions(beat: DurableBeat) -> None:
+    assert beat.upsert("pulse", PULSE) == "created"
+    first = beat.get("pulse").view
+    assert (first.version, first.source, first.state) == (1, "api", "active")
+    assert beat.upsert("PULSE", dict(PULSE)) is UpsertStatus.UNCHANGED
+    assert beat.get("pulse").view.next_tick_ms == first.next_tick_ms
+    assert beat.upsert("pulse", {**PULSE, "schedule": "@every 2s"}) == "updated"
+    assert beat.get("pulse").view.version == 2
+
+
+def test_upsert_plans_the_first_tick_after_the_store_clock(
+    beat: DurableBeat, store: Store
+) -> None:
+    before = store.now_ms()
+    beat.upsert("pulse", PULSE)
+    next_ms = beat.get("pulse").view.next_tick_ms
+    assert next_ms is not None
+    assert before < next_ms <= store.now_ms() + 1000
+
+
+def test_upsert_reports_the_config_validators_messages(beat: DurableBeat) -> None:
+    bad = {"task": "proj.x", "schedule": "0 3 * * *", "tz": "Bogota", "missd": "skip"}
+    with pytest.raises(ConfigError) as from_api:
+        beat.upsert("nightly", bad)
+    app = make_app(APP_URL, {"nightly": bad})
+    with pytest.raises(ConfigError) as from_config:
+        definitions_from_app(app, Settings.from_conf(app.conf, environ={}))
+    assert [str(p) for p in from_api.value.problems] == [str(p) for p in from_config.value.problems]
+    assert 'tz "Bogota" is not an IANA zone; use e.g. "America/Bogota"' in str(from_api.value)
+
+
+def test_upsert_of_a_config_schedule_is_refused(
+    beat: DurableBeat, store: Store
+) -> None:
+    app = make_app(APP_URL, {"nightly": {"task": "proj.digest", "schedule": "0 3 * * *"}})
+    sync_definitions(store, definitions_from_app(app, Settings.from_conf(app.conf)), store.now_ms())
+    with pytest.raises(ScheduleConflict, match="comes from beat_schedule"):
+        beat.upsert("Nightly", {"task": "proj.other", "schedule": "0 4 * * *"})
+    beat.delete("nightly")  # the documented way to take it over
+    assert beat.upsert("nightly", {"task": "proj.other", "schedule": "0 4 * * *"}) == "created"
+    assert beat.get("nightly").view.source == "api"
+
+
+# -- pause / resume / archive / delete --------------------------------------------------------
+def test_pause_stops_ticks_and_resume_does_not_replay(beat: DurableBeat, store: Store) -> None:
+    beat.upsert("pulse", FAST)
+    time.sleep(0.35)
+    assert dispatch_at(store, store.now_ms()).messages  # it ticks
+    paused = beat.pause("pulse")
+    assert (paused.state, paused.next_tick, paused.next_tick_ms) == ("paused", None, None)
+    assert beat.pause("pulse").state == "paused"  # idempotent
+    time.sleep(0.5)  # the paused window: about five ticks
+    assert dispatch_at(store, store.now_ms() + 60_000).messages == []
+    resume_from = store.now_ms()
+    resumed = beat.resume("pulse")
+    assert resumed.state == "active"
+    assert resumed.next_tick_ms is not None
+    assert resume_from < resumed.next_tick_ms <= resume_from + 100
+    fired = [m.tick_ms for m in dispatch_at(store, resumed.next_tick_ms + 250).messages]
+    assert fired == [resumed.next_tick_ms + step for step in (0, 100, 200)]
+
+
+def test_resume_never_plans_at_or_before_a_fired_tick(beat: DurableBeat, store: Store) -> None:
+    """A tick fired by a host whose clock ran ahead is not planned a second time."""
+    beat.upsert("pulse", PULSE)
+    last = dispatch_at(store, store.now_ms() + 3000).messages[-1].tick_ms
+    beat.pause("pulse")
+    assert beat.resume("pulse").next_tick_ms == last + 1000
+
+
+def test_resume_of_a_quarantined_schedule_plans_from_now(
+    beat: DurableBeat, store: Store
+) -> None:
+    beat.upsert("pulse", PULSE)
+    store.set_state("pulse", ScheduleState.QUARANTINED, store.now_ms(), next_tick_ms=1000)
+    assert beat.list()[0].state == "quarantined"
+    now = store.now_ms()
+    resumed = beat.resume("pulse")
+    assert resumed.state == "active"
+    assert resumed.next_tick_ms is not None
+    assert resumed.next_tick_ms > now
+
+
+def test_resume_of_an_active_schedule_moves_nothing(beat: DurableBeat) -> None:
+    beat.upsert("pulse", PULSE)
+    before = beat.get("pulse").view
+    assert beat.resume("pulse").next_tick_ms == before.next_tick_ms
+
+
+def test_archive_then_resume_is_refused_and_upsert_reactivates(beat: DurableBeat) -> None:
+    beat.upsert("pulse", PULSE)
+    archived = beat.archive("pulse")
+    assert (archived.state, archived.next_tick) == ("archived", None)
+    with pytest.raises(ScheduleConflict, match="archived; upsert it again"):
+        beat.resume("pulse")
+    with pytest.raises(ScheduleConflict):
+        beat.pause("pulse")
+    assert beat.upsert("pulse", PULSE) == "updated"
+    assert beat.get("pulse").view.state == "active"
+
+
+def test_delete_keeps_history(beat: DurableBeat, store: Store) -> None:
+    beat.upsert("pulse", PULSE)
+    dispatch_at(store, store.now_ms() + 3000)
+    events = beat.history("pulse").events
+    assert events
+    beat.delete("pulse")
+    with pytest.raises(ScheduleNotFound):
+        beat.get("pulse")
+    assert beat.history("pulse").events == events
+    with pytest.raises(ScheduleNotFound):
+        beat.delete("pulse")
+
+
+@pytest.mark.parametrize(
+    "verb", ["get", "pause", "resume", "archive", "next_ticks", "history", "trigger"]
+)
+def test_unknown_names_raise_a_lookup_error_naming_them(beat: DurableBeat, verb: str) -> None:
+    with pytest.raises(LookupError, match='"no-such-thing"'):
+        getattr(beat, verb)("no-such-thing")
+
+
+# -- trigger ----------------------------------------------------------------------------------
+def test_trigger_same_key_runs_once(
+    beat: DurableBeat, store: Store, publisher: CapturingPublisher
+) -> None:
+    beat.upsert("pulse", PULSE)
+    next_before = beat.get("pulse").view.next_tick_ms
+    first = beat.trigger("pulse", idempotency_key="deploy-42")
+    again = beat.trigger("Pulse", idempotency_key="deploy-42")
+    assert first.created
+    assert not again.created
+    assert first.task_id == again.task_id == manual_task_id("pulse", "deploy-42")
+    assert len(publisher.messages) == 1
+    assert beat.get("pulse").view.next_tick_ms == next_before  # the plan does not move
+    (event,) = beat.history("pulse").events
+    assert (event.trigger, event.outcome, event.task_id) == ("manual", "enqueued", first.task_id)
+
+
+def test_trigger_merges_kwargs_and_fills_placeholders_from_now(
+    beat: DurableBeat, store: Store, publisher: CapturingPublisher
+) -> None:
+    beat.upsert("pulse", PULSE)
+    before = store.now_ms()
+    result = beat.trigger("pulse", kwargs={"n": 2, "extra": True})
+    (message,) = publisher.messages
+    assert message.trigger is Trigger.MANUAL
+    assert message.task_id == result.task_id
+    assert message.kwargs["n"] == 2
+    assert message.kwargs["extra"] is True
+    assert before <= message.tick_ms <= store.now_ms()
+    assert message.kwargs["at"].startswith(
+        datetime.fromtimestamp(message.tick_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M")
+    )
+    assert beat.trigger("pulse").task_id != result.task_id  # no key: a new run each time
+
+
+def test_trigger_records_at_the_current_fencing_epoch(beat: DurableBeat, store: Store) -> None:
+    beat.upsert("pulse", PULSE)
+    store.register_epoch(7)
+    result = beat.trigger("pulse", idempotency_key="k")
+    stored = store.find_enqueued(result.task_id)
+    assert stored is not None
+    assert stored.epoch == 7
+
+
+def test_trigger_publish_failure_raises_and_is_audited(
+    beat: DurableBeat, publisher: CapturingPublisher
+) -> None:
+    beat.upsert("pulse", PULSE)
+    publisher.fail_with = Reason.BROKER_UNAVAILABLE
+    with pytest.raises(PublishFailed, match="broker_unavailable"):
+        beat.trigger("pulse", idempotency_key="k")
+    (event,) = beat.history("pulse").events
+    assert (event.outcome, event.reason) == ("failed", "broker_unavailable")
+    publisher.fail_with = None
+    assert beat.trigger("pulse", idempotency_key="k").created  # a failed run can be retried
+
+
+@pytest.mark.parametrize("kwargs", [{"x": object()}, {1: "x"}, {"x": float("nan")}])
+def test_trigger_rejects_kwargs_that_are_not_json(beat: DurableBeat, kwargs: Any) -> None:
+    beat.upsert("pulse", PULSE)
+    with pytest.raises(InvalidArgument):
+        beat.trigger("pulse", kwargs=kwargs)
+
+
+# -- history ----------------------------------------------------------------------------------
+def test_history_pages_are_disjoint_newest_first(beat: DurableBeat, store: Store) -> None:
+    beat.upsert("pulse", PULSE)
+    dispatch_at(store, store.now_ms() + 25_000)
+    every = beat.history("pulse", limit=100).events
+    assert len(every) >= 25
+    seen, cursor, pages = [], None, 0
+    while True:
+        page = beat.history("pulse", limit=10, cursor=cursor)
+        seen.extend(page.events)
+        pages += 1
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == list(every)
+    assert pages == -(-len(every) // 10)
+    ids = [e.id for e in seen]
+    assert ids == sorted(ids, reverse=True)
+    assert len(set(ids)) == len(ids)
+    assert set(every[0].to_json()) == SPEC_EVENT_FIELDS == set(EVENT_FIELDS)
+    assert every[0].recorded_at.endswith("Z")
+
+
+@pytest.mark.parametrize("limit", [0, 101, -1, True])
+def test_history_limit_out_of_range(beat: DurableBeat, limit: int) -> None:
+    with pytest.raises(InvalidArgument, match="1 to 100"):
+        beat.history("pulse", limit=limit)
+
+
+@pytest.mark.parametrize("cursor", ["garbage!", "aDEuMA", "", "eHl6"])
+def test_history_rejects_cursors_it_did_not_give(beat: DurableBeat, cursor: str) -> None:
+    beat.upsert("pulse", PULSE)
+    with pytest.raises(InvalidArgument, match="cursor"):
+        beat.history("pulse", cursor=cursor)
+
+
+# -- reading ----------------------------------------------------------------------------------
+def test_next_ticks_across_spring_forward(beat: DurableBeat) -> None:
+    beat.upsert("nyc", {"task": "proj.x", "schedule": "30 2 * * *", "tz": "America/New_York"})
+    after = datetime(2026, 3, 6, 12, tzinfo=timezone.utc)
+    ticks = [t.tick for t in beat.next_ticks("nyc", 4, after=after)]
+    assert ticks == [
+        "2026-03-07T02:30:00-05:00",
+        "2026-03-08T03:00:00-04:00",  # 02:30 does not exist that day: first instant after the gap
+        "2026-03-09T02:30:00-04:00",
+        "2026-03-10T02:30:00-04:00",
+    ]
+    detail = beat.get("nyc", count=2, after=after)
+    assert detail.description == "at 02:30 every day (America/New_York)"
+    assert detail.to_json()["next"] == ticks[:2]
+    assert beat.next_ticks("nyc", 1, after=after)[0].task_id == "nyc@2026-03-07T07:30:00Z"
+
+
+def test_next_ticks_start_with_a_tick_that_is_already_due(
+    beat: DurableBeat, store: Store
+) -> None:
+    """A tick beat has not fired yet (beat down, say) is what fires next: it is listed first."""
+    hour = 3_600_000
+    beat.upsert("pulse", {**PULSE, "schedule": "@every 1h"})
+    now = store.now_ms()
+    overdue = (now // hour - 2) * hour
+    store.set_state("pulse", ScheduleState.ACTIVE, now, next_tick_ms=overdue, next_due_ms=overdue)
+    ticks = [t.tick_ms for t in beat.next_ticks("pulse", 3)]
+    assert ticks[0] == overdue
+    assert ticks[1:] == [(now // hour + 1) * hour, (now // hour + 2) * hour]
+
+
+@pytest.mark.parametrize("count", [0, 101])
+def test_next_ticks_count_out_of_range(beat: DurableBeat, count: int) -> None:
+    beat.upsert("pulse", PULSE)
+    with pytest.raises(InvalidArgument):
+        beat.next_ticks("pulse", count)
+
+
+def test_list_items_have_exactly_the_spec_fields(beat: DurableBeat) -> None:
+    beat.upsert("b-second", {"task": "proj.x", "schedule": "0 3 * * *", "tz": "Asia/Tokyo"})
+    beat.upsert("a-first", PULSE)
+    views = beat.list()
+    assert [v.name for v in views] == ["a-first", "b-second"]
+    item = views[1].to_json()
+    assert set(item) == SPEC_LIST_FIELDS == set(LIST_FIELDS)
+    assert item["schedule"] == "0 3 * * *"
+    assert item["tz"] == "Asia/Tokyo"
+    assert item["next_tick"].endswith("+09:00")
+    assert item["next_tick"][11:16] == "03:00"
+    assert isinstance(views[0], ScheduleView)
+    assert views[0].to_json()["schedule"] == "@every 1s"
+    assert views[0].tz == "UTC"
+
+
+def test_status(beat: DurableBeat, store: Store) -> None:
+    beat.upsert("pulse", {**PULSE, "schedule": "@every 1h"})
+    beat.upsert("other", PULSE)
+    beat.pause("other")
+    status = beat.status()
+    assert status.to_json() == {
+        "leader": None,
+        "epoch": 1,
+        "lease_expires_at": None,
+        "counts": {"active": 1, "paused": 1, "archived": 0, "quarantined": 0},
+        "due_backlog": 0,
+    }

@@ -1,0 +1,186 @@
+"""The dispatch round on the in-memory store: order, dedup, failures, quarantine.
+
+Logic only, in milliseconds; what needs a real database (a restart reading what another process
+wrote, a stored definition this version cannot read) is in ``tests/integration/test_dispatch.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from celery_durable_beat.dispatch import Dispatcher, TickMessage
+from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.model import Reason, ScheduleState, Source
+from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.schedules.validate import validate_entries
+from celery_durable_beat.store.base import Store
+from celery_durable_beat.sync import sync_definitions
+from tests.support.stores import FaultyMemoryStore, InjectedFault
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_780_000_000_000  # a whole second, 2026-05-28
+EPOCH = 1
+
+
+def _defs(**entries: dict[str, object]) -> list:  # type: ignore[type-arg]
+    return validate_entries(entries)
+
+
+@pytest.fixture
+def store() -> FaultyMemoryStore:
+    s = FaultyMemoryStore()
+    s.register_epoch(EPOCH)
+    return s
+
+
+def _round(store: Store, publisher: CapturingPublisher, now_ms: int) -> list[TickMessage]:
+    before = len(publisher.messages)
+    Dispatcher(store, publisher, quarantine_after=3).run_round(now_ms, EPOCH)
+    return publisher.messages[before:]
+
+
+def test_ticks_carry_identity_and_rendered_placeholders(store: FaultyMemoryStore) -> None:
+    sync_definitions(
+        store,
+        _defs(
+            report={
+                "task": "proj.report",
+                "schedule": "@every 10s",
+                "args": ["{{scheduled_for_ms}}"],
+                "kwargs": {"at": "{{scheduled_for}}", "nested": ["x {{scheduled_for}}"]},
+            }
+        ),
+        T0,
+    )
+    pub = CapturingPublisher()
+    sent = _round(store, pub, T0 + 10_000)
+    assert [m.task_id for m in sent] == [tick_task_id("report", T0 + 10_000)]
+    message = sent[0]
+    assert message.args == (str(T0 + 10_000),)
+    assert message.kwargs["at"] == "2026-05-28T20:26:50+00:00"
+    assert message.kwargs["nested"] == ["x 2026-05-28T20:26:50+00:00"]
+    history = store.history("report", 10)
+    assert [(e.outcome.value, e.task_id) for e in history] == [("enqueued", message.task_id)]
+
+
+def test_nothing_due_publishes_nothing_and_reads_no_rows(store: FaultyMemoryStore) -> None:
+    sync_definitions(store, _defs(a={"task": "t", "schedule": "@every 60s"}), T0)
+    pub = CapturingPublisher()
+    stats = Dispatcher(store, pub).run_round(T0 + 1_000, EPOCH)
+    assert stats.claimed == 0 and pub.messages == []
+
+
+def test_failed_audit_write_replays_the_same_task_id(store: FaultyMemoryStore) -> None:
+    sync_definitions(store, _defs(s={"task": "t", "schedule": "@every 5s"}), T0)
+    pub = CapturingPublisher()
+    store.fail_audit_once = True
+    with pytest.raises(InjectedFault):
+        _round(store, pub, T0 + 5_000)
+    assert store.get("s").next_tick_ms == T0 + 5_000  # not advanced
+    assert store.history("s", 10) == []
+    replay = _round(store, pub, T0 + 5_500)
+    assert [m.task_id for m in pub.messages] == [tick_task_id("s", T0 + 5_000)] * 2
+    assert replay[0].task_id == pub.messages[0].task_id
+    assert store.get("s").next_tick_ms == T0 + 10_000
+
+
+def test_crash_between_audit_and_advance_deduplicates(store: FaultyMemoryStore) -> None:
+    sync_definitions(store, _defs(s={"task": "t", "schedule": "@every 5s"}), T0)
+    pub = CapturingPublisher()
+    store.fail_advance_once = True
+    with pytest.raises(InjectedFault):
+        _round(store, pub, T0 + 5_000)
+    assert store.get("s").next_tick_ms == T0 + 5_000
+    assert _round(store, pub, T0 + 5_200) == []  # no second publish
+    outcomes = [(e.outcome.value, e.reason) for e in store.history("s", 10)]
+    assert outcomes == [("deduplicated", "already_enqueued"), ("enqueued", None)]
+    assert store.get("s").next_tick_ms == T0 + 10_000
+
+
+class _PoisonPublisher(CapturingPublisher):
+    """A broker that rejects one schedule's messages for a reason of their own."""
+
+    def __init__(self, poisoned: str, reason: Reason) -> None:
+        super().__init__()
+        self.poisoned, self.reason = poisoned, reason
+
+    def publish(self, message: TickMessage) -> Reason | None:
+        if message.schedule == self.poisoned:
+            return self.reason
+        return super().publish(message)
+
+
+def test_own_fault_quarantines_while_others_fire(store: FaultyMemoryStore) -> None:
+    sync_definitions(
+        store,
+        _defs(
+            bad={"task": "t", "schedule": "@every 1s"},
+            good={"task": "t", "schedule": "@every 1s"},
+        ),
+        T0,
+    )
+    pub = _PoisonPublisher("bad", Reason.SERIALIZATION_ERROR)
+    now = T0
+    for _ in range(12):
+        now += 1000
+        due = store.earliest_due_ms()
+        _round(store, pub, max(now, due or now))
+        now = max(now, due or now)
+    bad = store.get("bad")
+    assert bad.state is ScheduleState.QUARANTINED and bad.next_due_ms is None
+    assert {m.schedule for m in pub.messages} == {"good"}
+    assert len(pub.messages) >= 10
+    reasons = [e.reason for e in store.history("bad", 20)]
+    assert reasons[0] == "quarantined" and reasons.count("serialization_error") == 3
+
+
+def test_broker_outage_records_failed_stops_the_round_and_recovers(
+    store: FaultyMemoryStore,
+) -> None:
+    sync_definitions(
+        store,
+        _defs(
+            a={"task": "t", "schedule": "@every 5s"},
+            b={"task": "t", "schedule": "@every 5s"},
+        ),
+        T0,
+    )
+    pub = CapturingPublisher()
+    pub.fail_with = Reason.BROKER_UNAVAILABLE
+    stats = Dispatcher(store, pub).run_round(T0 + 5_000, EPOCH)
+    assert stats.broker_unavailable and stats.outcomes()["failed"] == 1
+    for name in ("a", "b"):
+        record = store.get(name)
+        assert record.state is ScheduleState.ACTIVE and record.failures == 0
+        assert record.next_tick_ms == T0 + 5_000
+    pub.fail_with = None
+    sent = _round(store, pub, T0 + 6_000)
+    assert sorted(m.task_id for m in sent) == [
+        tick_task_id("a", T0 + 5_000),
+        tick_task_id("b", T0 + 5_000),
+    ]
+
+
+def test_missed_ticks_leave_one_skipped_record(store: FaultyMemoryStore) -> None:
+    sync_definitions(store, _defs(s={"task": "t", "schedule": "@every 1s", "missed": "skip"}), T0)
+    pub = CapturingPublisher()
+    sent = _round(store, pub, T0 + 60_000)
+    assert [m.tick_ms for m in sent] == [T0 + 60_000]
+    skipped = [e for e in store.history("s", 10) if e.outcome.value == "skipped"]
+    assert len(skipped) == 1 and skipped[0].reason == "missed"
+    assert skipped[0].detail["count"] == 59
+
+
+def test_batch_size_bounds_a_round(store: FaultyMemoryStore) -> None:
+    sync_definitions(
+        store, _defs(**{f"s{i}": {"task": "t", "schedule": "@every 1s"} for i in range(7)}), T0
+    )
+    pub = CapturingPublisher()
+    stats = Dispatcher(store, pub, batch_size=3).run_round(T0 + 1_000, EPOCH)
+    assert stats.claimed == 3 and len(pub.messages) == 3
+
+
+def test_config_source_recorded(store: FaultyMemoryStore) -> None:
+    sync_definitions(store, _defs(s={"task": "t", "schedule": "@every 1s"}), T0)
+    assert store.get("S").source is Source.CONFIG
