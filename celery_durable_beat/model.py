@@ -94,6 +94,10 @@ class Action(str, Enum):
     RUN_TRACKING_RESTORED = "run_tracking_restored"
     OVERLAP_SKIPPED = "overlap_skipped"
     OVERLAP_REPLACED = "overlap_replaced"
+    GUARD_INSTALLED = "guard_installed"
+    """The worker put the dedup guard first on tasks whose class did not run it first."""
+    REVOKE_FAILED = "revoke_failed"
+    """A run ``replace`` displaced could not be marked revoked or its revoke not broadcast."""
 
 
 @dataclass(frozen=True)
