@@ -126,8 +126,8 @@ class SqlRunStore(LazyEngine):
         self._write(change)
 
     def settle(self, write: RunWrite) -> bool:
-        stmt = self._write_statement(write)
-        return bool(self._write(lambda conn: conn.execute(stmt).rowcount > 0))
+        stmt = self._write_statement(write).returning(runs.c.task_id)
+        return bool(self._write(lambda conn: conn.execute(stmt).first() is not None))
 
     def _write_statement(self, item: RunWrite) -> Any:
         if item.write_if is WriteIf.UNFINISHED:
