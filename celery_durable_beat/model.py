@@ -164,6 +164,10 @@ class Action(str, Enum):
     """A round failed for a reason nobody foresaw; logged with its traceback, then backed off."""
     LEASE_RELEASE_FAILED = "lease_release_failed"
     """Giving the lease up failed (shutdown or fencing); it expires by itself after its TTL."""
+    GUARD_INSTALLED = "guard_installed"
+    """The worker put the dedup guard first on tasks whose class did not run it first."""
+    REVOKE_FAILED = "revoke_failed"
+    """A run ``replace`` displaced could not be marked revoked or its revoke not broadcast."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ The in-memory backends are public too, for tests of code built on the store and 
 - ``MemoryStore``: the whole store contract (the SQL store's contract tests run against it) in
   this process's memory, with an injectable clock (``MemoryStore(clock=lambda: now_ms)``);
 - ``MemoryLease``: the store lease on a ``MemoryStore``'s fence, so several lease objects on
-  one store elect one leader, with expiry by that store's clock.
+  one store elect one leader, with expiry by that store's clock;
+- ``MemoryRuns``: the runs port (dedup claims and run tracking, the same contract tests as the
+  SQL and Redis backends), for tests of the worker guard or code that reads run states.
 """
 
 from __future__ import annotations
@@ -31,13 +33,21 @@ from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.clock import datetime_to_ms, ms_to_datetime
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.lease.memory import MemoryLease
+from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.publish import CapturingPublisher
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.sync import sync_definitions
 
-__all__ = ["DispatchedTick", "FrozenBeat", "MemoryLease", "MemoryStore", "parse_duration"]
+__all__ = [
+    "DispatchedTick",
+    "FrozenBeat",
+    "MemoryLease",
+    "MemoryRuns",
+    "MemoryStore",
+    "parse_duration",
+]
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -70,12 +70,10 @@ def make_gate(app: Any, settings: Settings, store: Store) -> Gate | None:
     Always built (schedules can gain ``overlap`` at any time through the API); it costs nothing
     for ``allow`` schedules, and its store engine and Redis client connect on first use only.
     """
-    from celery_durable_beat.runs.redis import RedisClaims, dedup_redis_url
-    from celery_durable_beat.runs.sql import SqlRunStore
+    from celery_durable_beat.runs.factory import make_runs
     from celery_durable_beat.worker.overlap import OverlapGate
 
-    url = dedup_redis_url(app, settings)
-    return OverlapGate(app, settings, SqlRunStore(store.url), RedisClaims(url) if url else None)
+    return OverlapGate(app, settings, make_runs(app, settings, store.url))
 
 
 def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:

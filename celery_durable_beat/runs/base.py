@@ -1,8 +1,43 @@
 """The runs port (SPEC §6): dedup claims and run tracking, one shape for every backend.
 
-The worker guard claims a tick before its task runs, records how the run ends, and the beat's
-overlap gate reads the previous tick's run. Backends: ``runs/sql.py`` (the store's
-``durable_beat_runs`` table) and ``runs/redis.py`` (one key per task id).
+The worker guard claims a tick before its task runs and records how the run ends; the beat's
+overlap gate reads the previous tick's run and revokes a displaced one. Two protocols:
+
+- ``Claims``: who holds a tick's delivery, and in what state (the dedup guard). Backends:
+  ``runs/sql.py`` (``SqlRunStore``, the tick's row of ``durable_beat_runs``), ``runs/redis.py``
+  (``RedisClaims``, one key per task id) and ``runs/memory.py`` (``MemoryRuns``).
+- ``RunTracking``: the durable run state per tick that history, the console and the overlap gate
+  read. Backends: ``SqlRunStore`` and ``MemoryRuns``.
+
+A backend implementing both keeps a claim *in* its tick's run row: when the composition root
+(``runs/factory.py``) hands the same object as claims and tracking, the guard writes each state
+once, through tracking. With Redis claims, tracking mirrors every claim write.
+
+Contract (held by ``tests/integration/test_run_claims.py`` on every backend). Time is the
+backend's clock (the store's, Redis's, the injected one); a claim or row *expires* when its
+expiry instant is before that clock's now.
+
+1. **Claim.** ``claim`` takes the tick, recording ``started`` for ``ttl_ms``, if it is absent,
+   expired (a lost run, or a finished one past the dedup window), or ``retried`` while the
+   delivery is that retry: ``attempt`` at least the attempt the ``retried`` write announced, and
+   never attempt 0 (``SqlRunStore`` stores no attempt and takes any attempt > 0). Otherwise
+   nothing changes and the state that refused it is returned. Of concurrent claims of one task
+   id exactly one succeeds.
+2. **Settle / write.** A write follows ``WriteIf``: ``ALWAYS`` replaces; ``OWNER`` applies if the
+   tick is absent or held by the write's owner; ``UNFINISHED`` applies only if the tick is
+   present and not finished (``FINAL_RUN_STATES``). An applied write holds the state for
+   ``keep_ms`` from now. ``settle`` answers whether it applied.
+3. **Heartbeat** pushes the expiry of ``started`` ticks still held by the given owner to now +
+   ``ttl_ms``; ticks of other owners or in other states are left alone.
+4. **Revoke.** ``mark_revoked`` records ``revoked`` only for a tick that has not started (absent,
+   expired, or ``retried``) and answers whether it did; a later claim is refused with it.
+5. **Release.** ``release`` gives a started tick back, if the owner still holds it: the next
+   claim takes it at once (the message went back to the queue).
+6. **State.** ``state`` is the state a claim of the tick would meet: None when absent or expired.
+7. **Tracking.** ``get_run`` reads a tick's row (expired or not, until pruned);
+   ``previous_tick`` finds the newest ``enqueued`` automatic tick of a schedule (names compare
+   by ``ids.name_key``) before a given tick, with its run; ``prune_runs`` deletes expired rows
+   whose ``enqueued`` record is gone.
 """
 
 from __future__ import annotations
@@ -28,8 +63,13 @@ FINAL_RUN_STATES = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.REVO
 """A run in one of these states is finished: it never blocks overlap and is never run again."""
 
 
+def is_final(state: RunState | None) -> bool:
+    """Whether a claim refused with ``state`` can never be taken again (within its window)."""
+    return state in FINAL_RUN_STATES
+
+
 class WriteIf(str, Enum):
-    """When a run-state write replaces the state already stored for that tick."""
+    """When a run-state write replaces the state already stored for that tick (rule 2)."""
 
     ALWAYS = "always"
     OWNER = "owner"
@@ -51,18 +91,23 @@ class RunKey:
 
 @dataclass(frozen=True)
 class RunWrite:
-    """One run-state write; the row stops counting ``keep_ms`` after the store's now."""
+    """One run-state write; the state holds ``keep_ms`` after the backend's now.
+
+    ``attempt`` is the delivery attempt the state is for: a ``retried`` write announces the
+    attempt that may claim the tick next (rule 1).
+    """
 
     key: RunKey
     state: RunState
     owner: str
     keep_ms: int
     write_if: WriteIf = WriteIf.OWNER
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
 class RunRecord:
-    """A row of the runs table as read back."""
+    """A tick's run row as read back."""
 
     task_id: str
     schedule_key: str
@@ -86,42 +131,93 @@ class PreviousTick:
     now_ms: int
 
 
-class RunStore(Protocol):
-    """Run tracking and the store-backed dedup claim, on the store's ``durable_beat_runs`` table.
+class Claims(Protocol):
+    """The dedup claims of ticks (rules 1-6 of the module docstring)."""
 
-    Rules (held by ``tests/integration/test_worker.py``):
+    @property
+    def where(self) -> str:
+        """What the backend is, for log lines (``the dedup Redis``)."""
 
-    1. **Claim.** ``claim`` writes ``started`` for a tick if it has no row, if its row expired
-       (``expires_at_ms`` before the store's now: a lost run, or a finished one past the dedup
-       window), or if the row is ``retried`` and the delivery is a retry (``retries > 0``). It
-       is atomic: of concurrent claims of one task id exactly one succeeds. Otherwise nothing
-       changes and the stored state is returned.
-    2. **Writes** follow ``WriteIf`` and set ``expires_at_ms`` to the store's now + ``keep_ms``.
-    3. **Heartbeat** pushes ``expires_at_ms`` of ``started`` rows still held by their owner.
-    4. **Time** is the store's clock, as for the round.
-    """
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """What a call raises when the backend does not answer."""
 
-    def claim(self, key: RunKey, owner: str, retries: int, ttl_ms: int) -> RunState | None:
-        """None if this delivery now holds the tick; else the state that refused it."""
+    def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
+        """None if this delivery now holds the tick; else the state that refused it (rule 1)."""
+
+    def settle(self, write: RunWrite) -> bool:
+        """Apply one state write (rule 2); True if it applied."""
+
+    def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
+        """Push on each (task id, owner) still ``started`` (rule 3)."""
+
+    def mark_revoked(self, key: RunKey, owner: str, keep_ms: int) -> bool:
+        """Record ``revoked`` for a tick that has not started (rule 4); True if recorded."""
+
+    def release(self, task_id: str, owner: str) -> None:
+        """Give the tick back if ``owner`` holds it (rule 5)."""
+
+    def state(self, task_id: str) -> RunState | None:
+        """The state a claim would meet; None if absent or expired (rule 6)."""
+
+    def count(self, name: str) -> None:
+        """Add one to a counter every worker shares (a no-op where claims live in the store)."""
+
+    def counters(self) -> dict[str, int]:
+        """The shared counters; empty where there are none."""
+
+    def close(self) -> None:
+        """Release connections; idempotent."""
+
+
+class RunTracking(Protocol):
+    """Run state per tick, durable, read by history and the overlap gate (rules 2-4, 7)."""
+
+    @property
+    def where(self) -> str:
+        """What the backend is, for log lines (``the durable beat store``)."""
+
+    @property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """What a call raises when the backend does not answer."""
 
     def write(self, writes: Sequence[RunWrite]) -> None:
         """Apply run-state writes (rule 2), in order, in one transaction."""
 
     def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
-        """Refresh the expiry of each (task id, owner) still ``started`` (rule 3)."""
+        """Push on each (task id, owner) still ``started`` (rule 3)."""
 
     def mark_revoked(self, key: RunKey, owner: str, keep_ms: int) -> bool:
-        """Record ``revoked`` for a tick that has not started (no row, or ``retried``, or
-        expired): a delivery of it is then refused. True if recorded."""
+        """Record ``revoked`` for a tick that has not started (rule 4); True if recorded."""
 
     def get_run(self, task_id: str) -> RunRecord | None:
-        """The run row of a task id."""
+        """The run row of a task id (rule 7)."""
 
     def previous_tick(self, schedule: str, before_tick_ms: int) -> PreviousTick | None:
         """The newest ``enqueued`` automatic tick of ``schedule`` before ``before_tick_ms``."""
 
     def prune_runs(self, limit: int) -> int:
-        """Delete up to ``limit`` expired rows whose ``enqueued`` record is gone."""
+        """Delete up to ``limit`` expired rows whose ``enqueued`` record is gone (rule 7)."""
 
     def close(self) -> None:
         """Release connections; idempotent."""
+
+
+@dataclass(frozen=True)
+class Runs:
+    """The claims and the tracking a process uses, as the composition root picked them."""
+
+    claims: Claims
+    tracking: RunTracking
+
+    @property
+    def shared(self) -> bool:
+        """True when the claims are the tracking rows (one backend): each state is written
+        once, through tracking, and an outage of one is an outage of both."""
+        return self.claims is self.tracking  # type: ignore[comparison-overlap]
+
+    def close(self) -> None:
+        """Close both (once when shared)."""
+        self.tracking.close()
+        if not self.shared:
+            self.claims.close()

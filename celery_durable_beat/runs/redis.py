@@ -1,30 +1,27 @@
-"""Where the dedup guard keeps its claims: Redis when one is configured, else the store.
+"""``RedisClaims``: the dedup claims (``Claims`` in ``base.py``) as Redis keys.
 
-A claim says which delivery of a tick holds it and in what state. In Redis it is one string key
-per task id, ``durable_beat:run:<task id>`` = ``<state>|<attempt>|<owner>``, changed only by the
-Lua scripts below so every check-and-set is atomic; the key's expiry is the claim's: ``run_ttl``
-while running (pushed on by heartbeats), ``dedup_ttl`` once finished. In the store the claim is
-the tick's row of the runs table (``SqlRunStore.claim``), so run tracking and dedup are one write.
-
-Which one: ``durable_beat_lease_url`` when it is ``redis://``/``rediss://``, else the broker URL
-when it is, else the store. The beat's overlap gate resolves it the same way, so a tick the gate
-revokes before it started is refused by whichever worker receives it.
+A claim says which delivery of a tick holds it and in what state: one string key per task id,
+``durable_beat:run:<task id>`` = ``<state>|<attempt>|<owner>``, changed only by the Lua scripts
+below so every check-and-set is atomic; the key's expiry is the claim's: ``run_ttl`` while
+running (pushed on by heartbeats), ``dedup_ttl`` once finished. An expired claim is an absent
+key, so rule 1's "absent or expired" is one test here. Run tracking stays in the store, which
+mirrors every write (``runs/factory.py`` says when Redis holds the claims).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from celery_durable_beat.runs.base import FINAL_RUN_STATES, RunKey, RunState, WriteIf
-from celery_durable_beat.settings import Settings
+from celery_durable_beat.runs.base import RunKey, RunState, RunWrite
+
+if TYPE_CHECKING:
+    from celery_durable_beat.runs.base import Claims
 
 KEY_PREFIX = "durable_beat:run:"
 COUNTERS_KEY = "durable_beat:counters"
 REDIS_TIMEOUT_S = 2.0
 """Socket timeouts of the guard's Redis client: a task must not hang on a dead Redis."""
-
-_REDIS_SCHEMES = ("redis://", "rediss://")
 
 # KEYS[1] claim key; ARGV owner, attempt, ttl_ms. Nil when claimed, else the stored value.
 _CLAIM = """
@@ -84,25 +81,8 @@ return 0
 """
 
 
-def first_url(value: Any) -> str | None:
-    """The first URL of a Celery URL setting (a string, a ``;``-separated list or a list)."""
-    if isinstance(value, (list, tuple)):
-        value = value[0] if value else None
-    if not isinstance(value, str) or not value.strip():
-        return None
-    return value.split(";")[0].strip()
-
-
-def dedup_redis_url(app: Any, settings: Settings) -> str | None:
-    """The Redis that holds claims, or None for the store (see the module docstring)."""
-    broker = first_url(app.conf.get("broker_write_url")) or first_url(app.conf.get("broker_url"))
-    for url in (first_url(settings.lease_url), broker):
-        if url and url.startswith(_REDIS_SCHEMES):
-            return url
-    return None
-
-
 def claim_value(state: RunState, attempt: int, owner: str) -> str:
+    """The stored value of a claim (``|`` in an owner would split it: replaced)."""
     return f"{state.value}|{attempt}|{owner.replace('|', '/')}"
 
 
@@ -119,6 +99,8 @@ def parse_state(value: bytes | str | None) -> RunState:
 
 class RedisClaims:
     """Claims as Redis keys (module docstring). Building one never connects."""
+
+    where = "the dedup Redis"
 
     def __init__(self, url: str) -> None:
         import redis
@@ -138,40 +120,42 @@ class RedisClaims:
         return KEY_PREFIX + task_id
 
     def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
-        held = claim_value(RunState.STARTED, attempt, owner).split("|", 2)[2]
-        found = self._claim(keys=[self.key(key.task_id)], args=[held, attempt, max(1, ttl_ms)])
+        found = self._claim(
+            keys=[self.key(key.task_id)], args=[_held(owner), attempt, max(1, ttl_ms)]
+        )
         return None if found is None else parse_state(found)
 
-    def settle(
-        self,
-        task_id: str,
-        state: RunState,
-        owner: str,
-        attempt: int,
-        keep_ms: int,
-        write_if: WriteIf | str,
+    def settle(self, write: RunWrite) -> bool:
+        return self._set(
+            write.key.task_id,
+            write.state,
+            write.owner,
+            write.attempt,
+            write.keep_ms,
+            write.write_if.value,
+        )
+
+    def _set(
+        self, task_id: str, state: RunState, owner: str, attempt: int, keep_ms: int, mode: str
     ) -> bool:
-        mode = str(write_if.value if isinstance(write_if, WriteIf) else write_if)
         value = claim_value(state, attempt, owner)
-        held = value.split("|", 2)[2]
-        args: list[str | int] = [held, value, max(1, keep_ms), mode]
+        args: list[str | int] = [_held(owner), value, max(1, keep_ms), mode]
         return bool(self._settle(keys=[self.key(task_id)], args=args))
 
-    def mark_revoked(self, task_id: str, owner: str, keep_ms: int) -> bool:
+    def mark_revoked(self, key: RunKey, owner: str, keep_ms: int) -> bool:
         """``revoked`` for a tick not started yet (absent or waiting for a retry)."""
-        return self.settle(task_id, RunState.REVOKED, owner, 0, keep_ms, "revoke")
+        return self._set(key.task_id, RunState.REVOKED, owner, 0, keep_ms, "revoke")
 
-    def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> int:
+    def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
         if not held:
-            return 0
+            return
         keys = [self.key(task_id) for task_id, _owner in held]
         args: list[str | int] = [max(1, ttl_ms)]
-        args += [claim_value(RunState.STARTED, 0, owner).split("|", 2)[2] for _t, owner in held]
-        return int(self._heartbeat(keys=keys, args=args))
+        args += [_held(owner) for _task_id, owner in held]
+        self._heartbeat(keys=keys, args=args)
 
     def release(self, task_id: str, owner: str) -> None:
-        held = claim_value(RunState.STARTED, 0, owner).split("|", 2)[2]
-        self._release(keys=[self.key(task_id)], args=[held])
+        self._release(keys=[self.key(task_id)], args=[_held(owner)])
 
     def state(self, task_id: str) -> RunState | None:
         value = self.client.get(self.key(task_id))
@@ -188,5 +172,13 @@ class RedisClaims:
         self.client.close()
 
 
-def is_final(state: RunState | None) -> bool:
-    return state in FINAL_RUN_STATES
+def _held(owner: str) -> str:
+    """The owner part of a stored value, as the scripts compare it."""
+    return claim_value(RunState.STARTED, 0, owner).split("|", 2)[2]
+
+
+if TYPE_CHECKING:
+
+    def _conforms(claims: RedisClaims) -> Claims:
+        """mypy proves here that RedisClaims keeps the whole Claims protocol."""
+        return claims

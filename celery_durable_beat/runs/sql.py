@@ -1,4 +1,5 @@
-"""``SqlRunStore``: run tracking and the store-backed dedup claim (``RunStore`` in ``base.py``).
+"""``SqlRunStore``: run tracking and the store-backed dedup claim (``RunTracking`` and
+``Claims`` in ``base.py``: a claim is its tick's run row, so tracking and dedup are one write).
 
 One row per tick task id in ``durable_beat_runs``. Every statement is a single ``INSERT … ON
 CONFLICT … DO UPDATE … WHERE`` or a keyed ``UPDATE``, so a claim is atomic on both backends:
@@ -20,8 +21,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import and_, bindparam, exists, literal, or_, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 
+from celery_durable_beat.exceptions import StoreError
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Trigger
 from celery_durable_beat.runs.base import (
@@ -37,7 +40,7 @@ from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine,
 from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs
 
 if TYPE_CHECKING:
-    from celery_durable_beat.runs.base import RunStore
+    from celery_durable_beat.runs.base import Claims, RunTracking
 
 T = TypeVar("T")
 
@@ -55,6 +58,9 @@ def _schedule_key(name: str) -> str:
 
 class SqlRunStore(LazyEngine):
     """The runs table on a SQLAlchemy URL (``postgresql://…`` or ``sqlite:///…``)."""
+
+    where = "the durable beat store"
+    errors: tuple[type[BaseException], ...] = (StoreError, SQLAlchemyError, OSError)
 
     def _now(self) -> ColumnElement[Any]:
         """The store's clock as an SQL expression (a bound host-clock value on SQLite)."""
@@ -93,10 +99,10 @@ class SqlRunStore(LazyEngine):
             where=where,
         )
 
-    def claim(self, key: RunKey, owner: str, retries: int, ttl_ms: int) -> RunState | None:
+    def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
         stmt = self._row(key, RunState.STARTED, owner, ttl_ms)
         takeover: ColumnElement[bool] = runs.c.expires_at_ms < stmt.excluded.updated_at_ms
-        if retries > 0:
+        if attempt > 0:  # no attempt column: any retry may take a ``retried`` row
             takeover = or_(takeover, runs.c.state == RunState.RETRIED.value)
         stmt = self._replace(stmt, takeover).returning(runs.c.task_id)
 
@@ -118,6 +124,10 @@ class SqlRunStore(LazyEngine):
 
         self._write(change)
 
+    def settle(self, write: RunWrite) -> bool:
+        stmt = self._write_statement(write).returning(runs.c.task_id)
+        return bool(self._write(lambda conn: conn.execute(stmt).first() is not None))
+
     def _write_statement(self, item: RunWrite) -> Any:
         if item.write_if is WriteIf.UNFINISHED:
             now = self._now()
@@ -131,6 +141,31 @@ class SqlRunStore(LazyEngine):
         if item.write_if is WriteIf.OWNER:
             where = runs.c.hostname == stmt.excluded.hostname
         return self._replace(stmt, where)
+
+    def release(self, task_id: str, owner: str) -> None:
+        """``unknown``, expired at once: the requeued delivery claims it (as the guard's own
+        give-back write does when the claims are these rows)."""
+        now = self._now()
+        stmt = (
+            update(runs)
+            .where(runs.c.task_id == task_id, runs.c.hostname == owner[:OWNER_LENGTH])
+            .values(state=RunState.UNKNOWN.value, updated_at_ms=now, expires_at_ms=now - 1)
+        )
+        self._write(lambda conn: conn.execute(stmt))
+
+    def state(self, task_id: str) -> RunState | None:
+        query = select(runs.c.state).where(
+            runs.c.task_id == task_id, runs.c.expires_at_ms >= self._now()
+        )
+        with self._tx(write=False) as conn:
+            found = conn.execute(query).scalar()
+        return None if found is None else _state(found)
+
+    def count(self, name: str) -> None:
+        """No shared counters in the store (``shared_counters`` is empty)."""
+
+    def counters(self) -> dict[str, int]:
+        return {}
 
     def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
         if not held:
@@ -228,6 +263,10 @@ def _state(value: str | None) -> RunState:
 
 if TYPE_CHECKING:
 
-    def _conforms(store: SqlRunStore) -> RunStore:
-        """mypy proves here that SqlRunStore keeps the whole RunStore protocol."""
+    def _tracks(store: SqlRunStore) -> RunTracking:
+        """mypy proves here that SqlRunStore keeps the whole RunTracking protocol."""
+        return store
+
+    def _claims(store: SqlRunStore) -> Claims:
+        """... and the whole Claims protocol."""
         return store

@@ -17,7 +17,12 @@ The decision for each delivery of a tick (``enter``):
 - the claim backend does not answer → the task runs anyway (fail open) and its run state is
   ``unknown`` until its end is recorded; one warning per outage.
 
-Run-state writes to the store go through ``Tracker``: a failed write opens a 5 s circuit (no
+The runtime sees only the runs port (``runs/base.py``): one ``Claims`` and one ``RunTracking``,
+picked by ``runs/factory.py``. When they are one backend (the store), a claim is its tick's run
+row and each state is written once, through tracking; when the claims are apart (Redis), every
+state is settled there too (``ClaimMirror``), behind a circuit of its own.
+
+Run-state writes to tracking go through ``Tracker``: a failed write opens a 5 s circuit (no
 connection attempts meanwhile, so an outage adds no latency to tasks), its state is kept (newest
 per tick, at most ``PENDING_MAX``) and written once the store answers again.
 """
@@ -31,17 +36,23 @@ import threading
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy.exc import SQLAlchemyError
-
+from celery_durable_beat.clock import Clock, SystemClock
 from celery_durable_beat.exceptions import StoreError
 from celery_durable_beat.model import Action
-from celery_durable_beat.runs.base import RunKey, RunState, RunStore, RunWrite, WriteIf
-from celery_durable_beat.runs.redis import RedisClaims, dedup_redis_url, is_final
+from celery_durable_beat.runs.base import (
+    Claims,
+    RunKey,
+    Runs,
+    RunState,
+    RunTracking,
+    RunWrite,
+    WriteIf,
+    is_final,
+)
 from celery_durable_beat.settings import Settings
 
 log = logging.getLogger("celery_durable_beat.worker")
@@ -53,8 +64,6 @@ CIRCUIT_S = 5.0
 PRUNE_EVERY_S = 600.0
 PRUNE_BATCH = 1000
 REDELIVERY_POLL_S = 0.5
-
-_STORE_ERRORS = (StoreError, SQLAlchemyError, OSError)
 
 
 class Refused(Exception):
@@ -79,18 +88,19 @@ class Held:
 class Circuit:
     """Remembers a backend failure for ``CIRCUIT_S`` and logs each outage once."""
 
-    def __init__(self, what: str, action: Action, meanwhile: str) -> None:
+    def __init__(self, what: str, action: Action, meanwhile: str, clock: Clock) -> None:
         self.what = what
         self.action = action
         self.meanwhile = meanwhile
+        self.clock = clock
         self.closed_at = 0.0
         self.down = False
 
     def open(self) -> bool:
-        return self.down and time.monotonic() < self.closed_at
+        return self.down and self.clock.monotonic() < self.closed_at
 
     def failed(self, exc: BaseException) -> None:
-        self.closed_at = time.monotonic() + CIRCUIT_S
+        self.closed_at = self.clock.monotonic() + CIRCUIT_S
         if not self.down:
             self.down = True
             log.warning(
@@ -110,12 +120,13 @@ class Circuit:
 
 
 class Tracker:
-    """Run-state writes to the store that never fail a task (module docstring)."""
+    """Run-state writes to tracking that never fail a task (module docstring)."""
 
-    def __init__(self, runs: RunStore, counters: Counter[str], circuit: Circuit) -> None:
+    def __init__(self, runs: RunTracking, counters: Counter[str], circuit: Circuit) -> None:
         self.runs = runs
         self.circuit = circuit
         self.counters = counters
+        self.errors: tuple[type[BaseException], ...] = (StoreError, *runs.errors)
         self._pending: OrderedDict[str, RunWrite] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -133,7 +144,7 @@ class Tracker:
             self._pending.clear()
         try:
             self.runs.write(batch)
-        except _STORE_ERRORS as exc:
+        except self.errors as exc:
             self.counters["tracking_errors"] += 1
             self.circuit.failed(exc)
             with self._lock:
@@ -146,27 +157,98 @@ class Tracker:
         return len(self._pending)
 
 
-class GuardRuntime:
-    """Claims, tracking and heartbeats of one worker process."""
+class NoMirror:
+    """Claims that are the tracking rows (the store): the tracker's write of a state settles the
+    claim too, so there is nothing more to write."""
 
-    def __init__(self, app: Any, settings: Settings, runs: RunStore) -> None:
+    def claimed(self, tracker: Tracker, write: RunWrite) -> None:
+        """The claim already recorded ``started``."""
+
+    def settle(self, write: RunWrite, *, while_down: bool = False) -> None:
+        """The tracker's write is the settle."""
+
+    def release(self, task_id: str, owner: str) -> None:
+        """The tracker's expired ``unknown`` write is the release."""
+
+    def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
+        """Tracking's heartbeat is the claims' heartbeat."""
+
+    def close(self) -> None:
+        """Tracking is closed by its owner."""
+
+
+class ClaimMirror(NoMirror):
+    """Claims apart from tracking (Redis): every state is settled there as well, behind the
+    claims' own circuit; a failure opens it and never fails the task."""
+
+    def __init__(self, claims: Claims, circuit: Circuit) -> None:
+        self.claims = claims
+        self.circuit = circuit
+
+    def claimed(self, tracker: Tracker, write: RunWrite) -> None:
+        tracker.write(write)
+
+    def settle(self, write: RunWrite, *, while_down: bool = False) -> None:
+        """``while_down``: try even while the circuit is open (a state learnt once)."""
+        if self.circuit.open() and not while_down:
+            return
+        try:
+            self.claims.settle(write)
+        except self.claims.errors as exc:
+            self.circuit.failed(exc)
+
+    def release(self, task_id: str, owner: str) -> None:
+        try:
+            self.claims.release(task_id, owner)
+        except self.claims.errors as exc:
+            self.circuit.failed(exc)
+
+    def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
+        self.claims.heartbeat(held, ttl_ms)
+
+    def close(self) -> None:
+        self.claims.close()
+
+
+class GuardRuntime:
+    """Claims, tracking and heartbeats of one worker process.
+
+    ``clock`` and ``sleep`` are parameters so the decisions can be tested in milliseconds.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        runs: Runs,
+        clock: Clock | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.pid = os.getpid()
         self.settings = settings
-        self.runs = runs
-        url = dedup_redis_url(app, settings)
-        self.redis: RedisClaims | None = RedisClaims(url) if url else None
+        self.clock: Clock = clock or SystemClock()
+        self._sleep = sleep
+        self.claims = runs.claims
+        self.runs = runs.tracking
         self.counters: Counter[str] = Counter()
         unchecked = "ticks run without the dedup check, their run state unknown"
         store_circuit = Circuit(
-            "the durable beat store",
+            self.runs.where,
             Action.RUN_TRACKING_UNAVAILABLE,
-            "run states are kept in memory" if self.redis else unchecked,
+            unchecked if runs.shared else "run states are kept in memory",
+            self.clock,
         )
-        self.tracker = Tracker(runs, self.counters, store_circuit)
-        self.claim_circuit = (
-            Circuit("the dedup Redis", Action.DEDUP_UNAVAILABLE, unchecked)
-            if self.redis
-            else store_circuit
+        self.tracker = Tracker(self.runs, self.counters, store_circuit)
+        self.claim_circuit = store_circuit
+        self.mirror = NoMirror()
+        if not runs.shared:
+            self.claim_circuit = Circuit(
+                self.claims.where, Action.DEDUP_UNAVAILABLE, unchecked, self.clock
+            )
+            self.mirror = ClaimMirror(self.claims, self.claim_circuit)
+        self._errors: tuple[type[BaseException], ...] = (
+            StoreError,
+            *self.claims.errors,
+            *self.runs.errors,
         )
         self.run_ttl_ms = round(settings.run_ttl * 1000)
         self.dedup_ttl_ms = round(settings.dedup_ttl * 1000)
@@ -174,43 +256,36 @@ class GuardRuntime:
         self._lock = threading.Lock()
         self._beat: threading.Thread | None = None
         self._stop = threading.Event()
-        self._next_prune = time.monotonic() + random.uniform(0, PRUNE_EVERY_S)  # noqa: S311
+        jitter = random.uniform(0, PRUNE_EVERY_S)  # noqa: S311 - spreads workers, not a secret
+        self._next_prune = self.clock.monotonic() + jitter
 
     # -- a delivery starts ----------------------------------------------------------------------
     def enter(self, key: RunKey, hostname: str, attempt: int, redelivered: bool) -> Held:
         """Claim the tick for this delivery, or raise Refused (module docstring)."""
         owner = f"{hostname}:{self.pid}:{uuid.uuid4().hex[:12]}"
-        deadline = time.monotonic() + (self.settings.run_ttl + 1 if redelivered else 0)
+        wait_s = self.settings.run_ttl + 1 if redelivered else 0
+        deadline = self.clock.monotonic() + wait_s
         while True:
             try:
                 found = self._claim(key, owner, attempt)
-            except self._errors() as exc:
+            except self._errors as exc:
                 return self._fail_open(key, owner, attempt, exc)
             if found is None:
                 return self._hold(Held(key, owner, attempt, claimed=True))
-            if is_final(found) or time.monotonic() >= deadline:
+            if is_final(found) or self.clock.monotonic() >= deadline:
                 self.counters["duplicates_refused"] += 1
                 self._shared_count("duplicates_refused")
                 raise Refused(found)
-            time.sleep(REDELIVERY_POLL_S)
-
-    def _errors(self) -> tuple[type[BaseException], ...]:
-        """What a claim backend raises when it does not answer."""
-        return _STORE_ERRORS + (self.redis.errors if self.redis else ())
+            self._sleep(REDELIVERY_POLL_S)
 
     def _claim(self, key: RunKey, owner: str, attempt: int) -> RunState | None:
         if self.claim_circuit.open():
             raise StoreError("circuit open")
-        if self.redis is None:
-            found = self.runs.claim(key, owner, attempt, self.run_ttl_ms)
-            self.claim_circuit.ok()
-            return found
-        found = self.redis.claim(key, owner, attempt, self.run_ttl_ms)
+        found = self.claims.claim(key, owner, attempt, self.run_ttl_ms)
         self.claim_circuit.ok()
         if found is None:
-            self.tracker.write(
-                RunWrite(key, RunState.STARTED, owner, self.run_ttl_ms, WriteIf.ALWAYS)
-            )
+            started = RunWrite(key, RunState.STARTED, owner, self.run_ttl_ms, WriteIf.ALWAYS)
+            self.mirror.claimed(self.tracker, started)
         return found
 
     def _fail_open(self, key: RunKey, owner: str, attempt: int, exc: BaseException) -> Held:
@@ -227,12 +302,14 @@ class GuardRuntime:
         return held
 
     def _shared_count(self, name: str) -> None:
-        if self.redis is None:
-            return
         try:
-            self.redis.count(name)
-        except self.redis.errors:
-            log.debug("shared counter %s not incremented", name)
+            self.claims.count(name)
+        except self.claims.errors:
+            log.debug(
+                "shared counter %s not incremented",
+                name,
+                extra={"action": Action.DEDUP_UNAVAILABLE.value},
+            )
 
     # -- a delivery ends ------------------------------------------------------------------------
     def retrying(self, held: Held, delay_s: float) -> None:
@@ -250,33 +327,20 @@ class GuardRuntime:
         self._settle(held, state, self.dedup_ttl_ms, attempt=held.attempt)
 
     def _settle(self, held: Held, state: RunState, keep_ms: int, attempt: int) -> None:
-        if self.redis is not None and not self.claim_circuit.open():
-            try:
-                self.redis.settle(
-                    held.key.task_id, state, held.owner, attempt, keep_ms, WriteIf.OWNER
-                )
-            except self.redis.errors as exc:
-                self.claim_circuit.failed(exc)
-        self.tracker.write(RunWrite(held.key, state, held.owner, keep_ms, WriteIf.OWNER))
+        write = RunWrite(held.key, state, held.owner, keep_ms, WriteIf.OWNER, attempt)
+        self.mirror.settle(write)
+        self.tracker.write(write)
 
     def _give_back(self, held: Held) -> None:
-        if self.redis is not None:
-            try:
-                self.redis.release(held.key.task_id, held.owner)
-            except self.redis.errors as exc:
-                self.claim_circuit.failed(exc)
+        self.mirror.release(held.key.task_id, held.owner)
         # Expired at once: the requeued delivery may claim it.
         self.tracker.write(RunWrite(held.key, RunState.UNKNOWN, held.owner, -1, WriteIf.OWNER))
 
     def settle_elsewhere(self, key: RunKey, state: RunState, write_if: WriteIf) -> None:
         """A state learnt outside the run (the worker's main process: revoked, time limit)."""
-        keep = self.dedup_ttl_ms
-        if self.redis is not None:
-            try:
-                self.redis.settle(key.task_id, state, "worker", 0, keep, write_if)
-            except self.redis.errors as exc:
-                self.claim_circuit.failed(exc)
-        self.tracker.write(RunWrite(key, state, "worker", keep, write_if))
+        write = RunWrite(key, state, "worker", self.dedup_ttl_ms, write_if)
+        self.mirror.settle(write, while_down=True)
+        self.tracker.write(write)
 
     # -- heartbeats -----------------------------------------------------------------------------
     def _release_heartbeat(self, held: Held) -> None:
@@ -303,28 +367,29 @@ class GuardRuntime:
     def heartbeat_once(self) -> None:
         """Push on the claims of every run in progress; flush pending writes; prune now and then."""
         pairs = [(h.key.task_id, h.owner) for h in self.held() if h.claimed]
-        if pairs and self.redis is not None:
-            with self._quietly():
-                self.redis.heartbeat(pairs, self.run_ttl_ms)
+        if pairs:
+            with self._quietly(Action.DEDUP_UNAVAILABLE):
+                self.mirror.heartbeat(pairs, self.run_ttl_ms)
         if pairs and not self.tracker.circuit.open():
-            with self._quietly():
+            with self._quietly(Action.RUN_TRACKING_UNAVAILABLE):
                 self.runs.heartbeat(pairs, self.run_ttl_ms)
         self.tracker.write()
-        if time.monotonic() >= self._next_prune and not self.tracker.circuit.open():
-            self._next_prune = time.monotonic() + PRUNE_EVERY_S
-            with self._quietly():
+        if self.clock.monotonic() >= self._next_prune and not self.tracker.circuit.open():
+            self._next_prune = self.clock.monotonic() + PRUNE_EVERY_S
+            with self._quietly(Action.RUN_TRACKING_UNAVAILABLE):
                 self.runs.prune_runs(PRUNE_BATCH)
 
     @contextmanager
-    def _quietly(self) -> Iterator[None]:
+    def _quietly(self, action: Action) -> Iterator[None]:
         """A heartbeat that fails is retried at the next one; the outage is logged by writes."""
         try:
             yield
-        except self._errors() as exc:
-            log.debug("heartbeat step failed: %s", type(exc).__name__)
+        except self._errors as exc:
+            log.debug(
+                "heartbeat step failed: %s", type(exc).__name__, extra={"action": action.value}
+            )
 
     def close(self) -> None:
         self._stop.set()
         self.runs.close()
-        if self.redis is not None:
-            self.redis.close()
+        self.mirror.close()

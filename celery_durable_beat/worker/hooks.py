@@ -2,7 +2,7 @@
 
 ``install(app)`` makes every task of the app check, before it runs, whether its delivery is a
 tick (the ``periodic_*`` headers beat sets, SPEC §4) and, if it is, claim that tick
-(``worker_guard.GuardRuntime.enter``). A duplicate delivery raises ``celery.exceptions.Ignore``
+(``guard.GuardRuntime.enter``). A duplicate delivery raises ``celery.exceptions.Ignore``
 from ``before_start``: Celery then acknowledges the message and runs nothing (raising from a
 ``task_prerun`` handler would not work: signal errors are logged and swallowed).
 
@@ -40,7 +40,7 @@ from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 from celery_durable_beat.model import Action, Trigger
 from celery_durable_beat.runs.base import RunKey, RunState, WriteIf
-from celery_durable_beat.runs.sql import SqlRunStore
+from celery_durable_beat.runs.factory import make_runs, make_tracking
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.worker.guard import GuardRuntime, Held, Refused
 from celery_durable_beat.worker.origin import periodic_origin
@@ -81,7 +81,8 @@ class _Installation:
                 found = self._runtimes.get(pid)
                 if found is None:
                     settings = self.settings()
-                    found = GuardRuntime(self.app, settings, SqlRunStore(settings.url))
+                    runs = make_runs(self.app, settings, settings.url)
+                    found = GuardRuntime(settings, runs)
                     self._runtimes[pid] = found
         return found
 
@@ -292,10 +293,15 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     if installed is None:
         return
     settings = installed.settings()  # a bad setting stops the worker here, not a task later
-    SqlRunStore(settings.url)
+    make_tracking(settings.url)
     moved = cover_tasks(installed.app)
     if moved:
-        log.debug("durable beat guard put first on %d task(s): %s", len(moved), ", ".join(moved))
+        log.debug(
+            "durable beat guard put first on %d task(s): %s",
+            len(moved),
+            ", ".join(moved),
+            extra={"action": Action.GUARD_INSTALLED.value},
+        )
 
 
 _connected = False
@@ -342,5 +348,4 @@ def shared_counters(app: Any) -> dict[str, int]:
     installed = _installation(app)
     if installed is None:
         return {}
-    runtime = installed.runtime()
-    return runtime.redis.counters() if runtime.redis is not None else {}
+    return installed.runtime().claims.counters()

@@ -18,6 +18,9 @@ previous tick never blocks forever.
   started (so any worker refuses it later, even one that missed the broadcast), and
   ``app.control.revoke(task_id, terminate=True)`` for a run in progress (pools that can terminate:
   prefork, eventlet, gevent) — then this tick is published.
+
+The gate sees only the runs port: it reads tracking, and records ``revoked`` in tracking and,
+when the claims are kept apart (Redis), in the claims too.
 """
 
 from __future__ import annotations
@@ -28,8 +31,7 @@ from typing import Any
 from celery_durable_beat.exceptions import StoreError
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Action, OverlapPolicy, Reason, Trigger
-from celery_durable_beat.runs.base import FINAL_RUN_STATES, PreviousTick, RunKey, RunStore
-from celery_durable_beat.runs.redis import RedisClaims
+from celery_durable_beat.runs.base import FINAL_RUN_STATES, PreviousTick, RunKey, Runs
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import DueSchedule
 
@@ -55,12 +57,10 @@ class OverlapGate:
     the dispatcher hands every tick of one schedule over consecutively with the same object.
     """
 
-    def __init__(
-        self, app: Any, settings: Settings, runs: RunStore, redis: RedisClaims | None = None
-    ) -> None:
+    def __init__(self, app: Any, settings: Settings, runs: Runs) -> None:
         self.app = app
-        self.runs = runs
-        self.redis = redis
+        self.runs = runs.tracking
+        self._runs = runs
         self.queued_ttl_ms = round(settings.queued_ttl * 1000)
         self.keep_ms = round(settings.dedup_ttl * 1000)
         self._due: DueSchedule | None = None
@@ -68,10 +68,8 @@ class OverlapGate:
         self._revokes: list[tuple[str, str, int]] = []
 
     def close(self) -> None:
-        """Release the run store's pool and the Redis client; idempotent."""
-        self.runs.close()
-        if self.redis is not None:
-            self.redis.close()
+        """Release the run store's pool and the claims' client; idempotent."""
+        self._runs.close()
 
     def __call__(self, due: DueSchedule, message: TickMessage) -> Reason | None:
         policy = due.definition.overlap
@@ -124,17 +122,28 @@ class OverlapGate:
             try:
                 self._revoke(schedule, task_id, tick_ms)
             except StoreError as exc:
-                log.warning("could not mark %s revoked (%s)", task_id, type(exc).__name__)
+                _revoke_failed("could not mark %s revoked (%s)", task_id, exc)
 
     def _revoke(self, schedule: str, task_id: str, tick_ms: int) -> None:
         key = RunKey(task_id, schedule, tick_ms, Trigger.AUTO.value)
         self.runs.mark_revoked(key, REVOKER, self.keep_ms)
-        if self.redis is not None:
+        claims = self._runs.claims
+        if not self._runs.shared:
             try:
-                self.redis.mark_revoked(task_id, REVOKER, self.keep_ms)
-            except self.redis.errors as exc:
-                log.warning("could not mark %s revoked in Redis (%s)", task_id, type(exc).__name__)
+                claims.mark_revoked(key, REVOKER, self.keep_ms)
+            except claims.errors as exc:
+                _revoke_failed(f"could not mark %s revoked in {claims.where} (%s)", task_id, exc)
         try:
             self.app.control.revoke(task_id, terminate=True)
         except Exception as exc:  # the broker may be down; the publish will tell
-            log.warning("revoke of %s not broadcast (%s)", task_id, type(exc).__name__)
+            _revoke_failed("revoke of %s not broadcast (%s)", task_id, exc)
+
+
+def _revoke_failed(text: str, task_id: str, exc: BaseException) -> None:
+    """One warning per revoke step that failed; the next round decides again."""
+    log.warning(
+        text,
+        task_id,
+        type(exc).__name__,
+        extra={"action": Action.REVOKE_FAILED.value, "task_id": task_id},
+    )

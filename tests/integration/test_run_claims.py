@@ -1,6 +1,9 @@
-"""Run claims and the overlap gate against the real backends: ``SqlRunStore`` (PostgreSQL and
-SQLite), ``RedisClaims`` and ``OverlapGate``. One test per rule of ``RunStore`` (store/base.py),
-of the Redis scripts (runs/redis.py) and of the gate (worker/overlap.py)."""
+"""The runs port against every backend, and the overlap gate.
+
+The claims rules of ``runs/base.py`` (1-6) are tested once, on every backend: ``SqlRunStore`` on
+SQLite and PostgreSQL, ``RedisClaims`` and ``MemoryRuns``. The tracking rules (7) run on the
+store and on ``MemoryRuns``; the gate (``worker/overlap.py``) on the store, and on memory for
+claims kept apart from tracking."""
 
 from __future__ import annotations
 
@@ -14,8 +17,10 @@ import pytest
 from celery_durable_beat.dispatch import tick_message
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Definition, Outcome, OverlapPolicy, Reason, Trigger
-from celery_durable_beat.runs.base import RunKey, RunState, RunWrite, WriteIf
-from celery_durable_beat.runs.redis import RedisClaims, dedup_redis_url
+from celery_durable_beat.runs.base import Claims, RunKey, Runs, RunState, RunWrite, WriteIf
+from celery_durable_beat.runs.factory import dedup_redis_url
+from celery_durable_beat.runs.memory import MemoryRuns
+from celery_durable_beat.runs.redis import RedisClaims
 from celery_durable_beat.runs.sql import SqlRunStore
 from celery_durable_beat.schedules.spec import IntervalSpec
 from celery_durable_beat.settings import Settings
@@ -47,11 +52,26 @@ def runs(sql_store: SqlStore) -> Iterator[SqlRunStore]:
     run_store.close()
 
 
-@pytest.fixture
-def claims(redis_url: str) -> Iterator[RedisClaims]:
-    redis_claims = RedisClaims(redis_url)
-    yield redis_claims
-    redis_claims.close()
+def _sql_runs(url: str) -> SqlRunStore:
+    store = SqlStore(url)
+    store.ensure_schema()
+    store.close()
+    return SqlRunStore(url)
+
+
+@pytest.fixture(params=["sql-sqlite", "sql-postgresql", "redis", "memory"])
+def claims(request: pytest.FixtureRequest) -> Iterator[Claims]:
+    """Every claims backend, empty."""
+    backend: Claims
+    if request.param == "redis":
+        backend = RedisClaims(str(request.getfixturevalue("redis_url")))
+    elif request.param == "memory":
+        backend = MemoryRuns()
+    else:
+        fixture = "sqlite_url" if request.param == "sql-sqlite" else "pg_url"
+        backend = _sql_runs(str(request.getfixturevalue(fixture)))
+    yield backend
+    backend.close()
 
 
 def race(claim: Callable[[int], RunState | None], contenders: int = 8) -> list[RunState | None]:
@@ -71,79 +91,119 @@ def race(claim: Callable[[int], RunState | None], contenders: int = 8) -> list[R
     return results
 
 
-# -- SqlRunStore ------------------------------------------------------------------------------
+def settle(
+    claims: Claims,
+    k: RunKey,
+    state: RunState,
+    owner: str,
+    keep_ms: int = MINUTE,
+    write_if: WriteIf = WriteIf.OWNER,
+    attempt: int = 0,
+) -> bool:
+    return claims.settle(RunWrite(k, state, owner, keep_ms, write_if, attempt))
 
 
-def test_of_concurrent_claims_of_one_tick_exactly_one_wins(runs: SqlRunStore) -> None:
-    results = race(lambda i: runs.claim(key(), f"w{i}", 0, MINUTE))
+# -- Claims: rule 1, claim ------------------------------------------------------------------------
+
+
+def test_of_concurrent_claims_of_one_tick_exactly_one_wins(claims: Claims) -> None:
+    results = race(lambda i: claims.claim(key(), f"w{i}", 0, MINUTE))
     assert results.count(None) == 1
     assert all(r is RunState.STARTED for r in results if r is not None)
 
 
-def test_a_claim_is_refused_while_running_and_once_finished(runs: SqlRunStore) -> None:
-    assert runs.claim(key(), "w1", 0, MINUTE) is None
-    assert runs.claim(key(), "w2", 0, MINUTE) is RunState.STARTED
-    runs.write([RunWrite(key(), RunState.SUCCEEDED, "w1", MINUTE)])
-    assert runs.claim(key(), "w2", 0, MINUTE) is RunState.SUCCEEDED
-    assert runs.claim(key(), "w2", 3, MINUTE) is RunState.SUCCEEDED  # even a "retry"
+def test_a_claim_is_refused_while_running_and_once_finished(claims: Claims) -> None:
+    assert claims.claim(key(), "w1", 0, MINUTE) is None
+    assert claims.claim(key(), "w2", 0, MINUTE) is RunState.STARTED
+    assert settle(claims, key(), RunState.SUCCEEDED, "w1")
+    assert claims.claim(key(), "w2", 0, MINUTE) is RunState.SUCCEEDED
+    assert claims.claim(key(), "w2", 3, MINUTE) is RunState.SUCCEEDED  # even a "retry"
 
 
-def test_an_expired_claim_is_taken_over(runs: SqlRunStore) -> None:
-    assert runs.claim(key(), "dead-worker", 0, 1) is None
+def test_an_expired_claim_is_taken_over(claims: Claims) -> None:
+    assert claims.claim(key(), "dead-worker", 0, 1) is None
     time.sleep(0.01)
-    assert runs.claim(key(), "w2", 0, MINUTE) is None
-    record = runs.get_run(key().task_id)
-    assert record is not None and record.owner == "w2" and record.state is RunState.STARTED
+    assert claims.state(key().task_id) is None
+    assert claims.claim(key(), "w2", 0, MINUTE) is None
+    assert claims.state(key().task_id) is RunState.STARTED
+    assert not settle(claims, key(), RunState.SUCCEEDED, "dead-worker")  # not its claim now
 
 
-def test_a_retried_tick_is_claimed_by_its_retry_only(runs: SqlRunStore) -> None:
-    assert runs.claim(key(), "w1", 0, MINUTE) is None
-    runs.write([RunWrite(key(), RunState.RETRIED, "w1", MINUTE)])
-    assert runs.claim(key(), "dup", 0, MINUTE) is RunState.RETRIED
-    assert runs.claim(key(), "w2", 1, MINUTE) is None
-    assert runs.claim(key(), "dup", 1, MINUTE) is RunState.STARTED
+def test_a_retried_tick_is_claimed_by_its_retry_only(claims: Claims) -> None:
+    k = key()
+    assert claims.claim(k, "w1", 0, MINUTE) is None
+    assert settle(claims, k, RunState.RETRIED, "w1", attempt=1)
+    assert claims.claim(k, "dup", 0, MINUTE) is RunState.RETRIED  # the original, again
+    assert claims.claim(k, "w2", 1, MINUTE) is None  # the retry
+    assert claims.claim(k, "dup", 1, MINUTE) is RunState.STARTED  # the retry, again
+    assert settle(claims, k, RunState.SUCCEEDED, "w2", attempt=1)
+    assert claims.claim(k, "dup", 2, MINUTE) is RunState.SUCCEEDED
 
 
-def test_owner_writes_leave_other_owners_rows_alone(runs: SqlRunStore) -> None:
-    runs.claim(key(), "w1", 0, MINUTE)
-    runs.write([RunWrite(key(), RunState.SUCCEEDED, "w2", MINUTE, WriteIf.OWNER)])
-    assert _state(runs, key()) is RunState.STARTED
-    runs.write([RunWrite(key(), RunState.REVOKED, "w2", MINUTE, WriteIf.ALWAYS)])
-    assert _state(runs, key()) is RunState.REVOKED
-    # An owner write of a tick with no row inserts it (its start could not be recorded).
-    runs.write([RunWrite(key(T0 + 1000), RunState.SUCCEEDED, "w3", MINUTE, WriteIf.OWNER)])
-    assert _state(runs, key(T0 + 1000)) is RunState.SUCCEEDED
+# -- Claims: rules 2-6 ----------------------------------------------------------------------------
 
 
-def test_unfinished_writes_touch_only_unfinished_rows(runs: SqlRunStore) -> None:
-    runs.claim(key(), "w1", 0, MINUTE)
-    runs.write([RunWrite(key(T0 + 1000), RunState.SUCCEEDED, "w1", MINUTE)])
-    for k in (key(), key(T0 + 1000), key(T0 + 2000)):
-        runs.write([RunWrite(k, RunState.FAILED, "worker", MINUTE, WriteIf.UNFINISHED)])
-    assert _state(runs, key()) is RunState.FAILED
-    assert _state(runs, key(T0 + 1000)) is RunState.SUCCEEDED
-    assert runs.get_run(key(T0 + 2000).task_id) is None
+def test_owner_writes_leave_other_owners_claims_alone(claims: Claims) -> None:
+    claims.claim(key(), "w1", 0, MINUTE)
+    assert not settle(claims, key(), RunState.SUCCEEDED, "w2")
+    assert claims.state(key().task_id) is RunState.STARTED
+    assert settle(claims, key(), RunState.REVOKED, "w2", write_if=WriteIf.ALWAYS)
+    assert claims.state(key().task_id) is RunState.REVOKED
+    # An owner write of a tick with no claim records it (its start could not be recorded).
+    assert settle(claims, key(T0 + 1000), RunState.SUCCEEDED, "w3")
+    assert claims.state(key(T0 + 1000).task_id) is RunState.SUCCEEDED
 
 
-def test_heartbeat_pushes_on_only_the_owners_started_row(runs: SqlRunStore) -> None:
-    runs.claim(key(), "w1", 0, 1)
-    runs.claim(key(T0 + 1000), "w1", 0, 1)
-    runs.write([RunWrite(key(T0 + 1000), RunState.SUCCEEDED, "w1", 1)])
-    runs.heartbeat([(key().task_id, "w1"), (key(T0 + 1000).task_id, "w1")], MINUTE)
-    runs.heartbeat([(key().task_id, "someone-else")], 1)
+def test_unfinished_writes_touch_only_unfinished_claims(claims: Claims) -> None:
+    claims.claim(key(), "w1", 0, MINUTE)
+    settle(claims, key(T0 + 1000), RunState.SUCCEEDED, "w1")
+    results = [
+        settle(claims, k, RunState.FAILED, "worker", write_if=WriteIf.UNFINISHED)
+        for k in (key(), key(), key(T0 + 1000), key(T0 + 2000))
+    ]
+    assert results == [True, False, False, False]
+    assert claims.state(key().task_id) is RunState.FAILED
+    assert claims.state(key(T0 + 1000).task_id) is RunState.SUCCEEDED
+    assert claims.state(key(T0 + 2000).task_id) is None
+
+
+def test_heartbeat_pushes_on_only_the_owners_started_claim(claims: Claims) -> None:
+    alive, done, other = key(T0), key(T0 + 1000), key(T0 + 2000)
+    for k in (alive, done, other):
+        claims.claim(k, "w1", 0, 200)
+    settle(claims, done, RunState.SUCCEEDED, "w1", keep_ms=200)
+    claims.heartbeat([(alive.task_id, "w1"), (done.task_id, "w1")], MINUTE)
+    claims.heartbeat([(other.task_id, "someone-else")], MINUTE)
+    time.sleep(0.3)
+    assert claims.claim(alive, "w2", 0, MINUTE) is RunState.STARTED  # still alive
+    assert claims.claim(done, "w2", 0, MINUTE) is None  # finished, kept 200 ms
+    assert claims.claim(other, "w2", 0, MINUTE) is None  # lost: nobody pushed it on
+
+
+def test_mark_revoked_only_before_the_run_starts(claims: Claims) -> None:
+    assert claims.mark_revoked(key(), "beat", MINUTE)  # queued: revoked, refused later
+    assert claims.claim(key(), "w1", 0, MINUTE) is RunState.REVOKED
+    claims.claim(key(T0 + 1000), "w1", 0, MINUTE)
+    assert not claims.mark_revoked(key(T0 + 1000), "beat", MINUTE)  # running: terminate's job
+    settle(claims, key(T0 + 1000), RunState.RETRIED, "w1", attempt=1)
+    assert claims.mark_revoked(key(T0 + 1000), "beat", MINUTE)  # waiting for a retry
+    assert claims.claim(key(T0 + 1000), "w1", 1, MINUTE) is RunState.REVOKED
+    claims.claim(key(T0 + 2000), "gone", 0, 1)
     time.sleep(0.01)
-    assert runs.claim(key(), "w2", 0, MINUTE) is RunState.STARTED  # still alive
-    assert runs.claim(key(T0 + 1000), "w2", 0, MINUTE) is None  # finished, kept 1 ms
+    assert claims.mark_revoked(key(T0 + 2000), "beat", MINUTE)  # lost: as good as not started
 
 
-def test_mark_revoked_only_before_the_run_starts(runs: SqlRunStore) -> None:
-    assert runs.mark_revoked(key(), "beat", MINUTE)  # queued: revoked, refused later
-    assert runs.claim(key(), "w1", 0, MINUTE) is RunState.REVOKED
-    runs.claim(key(T0 + 1000), "w1", 0, MINUTE)
-    assert not runs.mark_revoked(key(T0 + 1000), "beat", MINUTE)  # running: terminate's job
-    runs.write([RunWrite(key(T0 + 1000), RunState.RETRIED, "w1", MINUTE)])
-    assert runs.mark_revoked(key(T0 + 1000), "beat", MINUTE)  # waiting for a retry
-    assert runs.claim(key(T0 + 1000), "w1", 1, MINUTE) is RunState.REVOKED
+def test_release_gives_the_tick_back_to_the_next_claim(claims: Claims) -> None:
+    k = key()
+    claims.claim(k, "w1", 0, MINUTE)
+    claims.release(k.task_id, "someone-else")
+    assert claims.claim(k, "w2", 0, MINUTE) is RunState.STARTED
+    claims.release(k.task_id, "w1")
+    assert claims.state(k.task_id) is None
+    assert claims.claim(k, "w2", 0, MINUTE) is None
+
+
+# -- RunTracking: rule 7 ----------------------------------------------------------------------
 
 
 def test_run_state_shows_in_history_and_previous_tick(
@@ -154,6 +214,19 @@ def test_run_state_shows_in_history_and_previous_tick(
     runs.write([RunWrite(key(T0), RunState.FAILED, "w1", MINUTE)])
     events = {e.tick_ms: e.run_state for e in sql_store.history(NAME, 10)}
     assert events == {T0: "failed", T0 + MINUTE: None}
+    _previous_ticks_follow_the_enqueued_records(runs)
+
+
+def test_memory_previous_tick_follows_its_enqueued_records() -> None:
+    runs = MemoryRuns()
+    for tick in (T0, T0 + MINUTE):
+        runs.enqueued(NAME, tick, key(tick).task_id)
+    runs.claim(key(T0), "w1", 0, MINUTE)
+    runs.write([RunWrite(key(T0), RunState.FAILED, "w1", MINUTE)])
+    _previous_ticks_follow_the_enqueued_records(runs)
+
+
+def _previous_ticks_follow_the_enqueued_records(runs: SqlRunStore | MemoryRuns) -> None:
     prev = runs.previous_tick(NAME, T0 + 2 * MINUTE)
     assert prev is not None and prev.tick_ms == T0 + MINUTE and prev.state is None
     prev = runs.previous_tick(NAME.upper(), T0 + MINUTE)
@@ -165,6 +238,16 @@ def test_prune_removes_expired_rows_whose_history_is_gone(
     sql_store: SqlStore, runs: SqlRunStore
 ) -> None:
     _enqueued(sql_store, T0)
+    _prune_keeps_history_and_live_rows(runs)
+
+
+def test_memory_prune_removes_expired_rows_whose_history_is_gone() -> None:
+    runs = MemoryRuns()
+    runs.enqueued(NAME, T0, key(T0).task_id)
+    _prune_keeps_history_and_live_rows(runs)
+
+
+def _prune_keeps_history_and_live_rows(runs: SqlRunStore | MemoryRuns) -> None:
     for tick in (T0, T0 + 1000, T0 + 2000):
         runs.write([RunWrite(key(tick), RunState.SUCCEEDED, "w", 1)])
     runs.write([RunWrite(key(T0 + 3000), RunState.SUCCEEDED, "w", MINUTE)])
@@ -175,7 +258,7 @@ def test_prune_removes_expired_rows_whose_history_is_gone(
     assert runs.get_run(key(T0 + 3000).task_id) is not None  # not expired
 
 
-def _state(runs: SqlRunStore, k: RunKey) -> RunState | None:
+def _state(runs: SqlRunStore | MemoryRuns, k: RunKey) -> RunState | None:
     record = runs.get_run(k.task_id)
     return None if record is None else record.state
 
@@ -194,53 +277,6 @@ def _enqueued(store: SqlStore, *ticks: int, name: str = NAME) -> None:
         ],
         1,
     )
-
-
-# -- RedisClaims ------------------------------------------------------------------------------
-
-
-def test_redis_of_concurrent_claims_exactly_one_wins(claims: RedisClaims) -> None:
-    results = race(lambda i: claims.claim(key(), f"w{i}", 0, MINUTE), contenders=16)
-    assert results.count(None) == 1
-
-
-def test_redis_retry_attempts_claim_in_order(claims: RedisClaims) -> None:
-    k = key()
-    assert claims.claim(k, "w1", 0, MINUTE) is None
-    assert claims.settle(k.task_id, RunState.RETRIED, "w1", 1, MINUTE, WriteIf.OWNER)
-    assert claims.claim(k, "dup", 0, MINUTE) is RunState.RETRIED  # the original, again
-    assert claims.claim(k, "w2", 1, MINUTE) is None  # the retry
-    assert claims.claim(k, "dup", 1, MINUTE) is RunState.STARTED  # the retry, again
-    assert claims.settle(k.task_id, RunState.SUCCEEDED, "w2", 1, MINUTE, WriteIf.OWNER)
-    assert claims.claim(k, "dup", 2, MINUTE) is RunState.SUCCEEDED
-
-
-def test_redis_claims_expire_and_heartbeats_push_them_on(claims: RedisClaims) -> None:
-    lost, alive = key(T0), key(T0 + 1000)
-    claims.claim(lost, "dead", 0, 50)
-    claims.claim(alive, "w1", 0, 50)
-    for _ in range(4):
-        time.sleep(0.02)
-        assert claims.heartbeat([(alive.task_id, "w1"), (lost.task_id, "not-the-owner")], 50) == 1
-    assert claims.claim(lost, "w2", 0, MINUTE) is None
-    assert claims.claim(alive, "w2", 0, MINUTE) is RunState.STARTED
-
-
-def test_redis_settle_modes_and_release(claims: RedisClaims) -> None:
-    k = key()
-    claims.claim(k, "w1", 0, MINUTE)
-    assert not claims.settle(k.task_id, RunState.SUCCEEDED, "w2", 0, MINUTE, WriteIf.OWNER)
-    assert not claims.mark_revoked(k.task_id, "beat", MINUTE)  # running
-    assert claims.settle(k.task_id, RunState.FAILED, "worker", 0, MINUTE, WriteIf.UNFINISHED)
-    assert not claims.settle(k.task_id, RunState.FAILED, "worker", 0, MINUTE, WriteIf.UNFINISHED)
-    assert claims.state(k.task_id) is RunState.FAILED
-    queued = key(T0 + 1000)
-    assert claims.mark_revoked(queued.task_id, "beat", MINUTE)
-    assert claims.claim(queued, "w1", 0, MINUTE) is RunState.REVOKED
-    requeued = key(T0 + 2000)
-    claims.claim(requeued, "w1", 0, MINUTE)
-    claims.release(requeued.task_id, "w1")
-    assert claims.claim(requeued, "w2", 0, MINUTE) is None
 
 
 def test_redis_url_prefers_the_lease_url_then_a_redis_broker() -> None:
@@ -293,8 +329,9 @@ def due(policy: OverlapPolicy, next_tick_ms: int = T0, name: str = NAME) -> DueS
     )
 
 
-def gate_for(runs: Any, app: Any = None, **settings: Any) -> OverlapGate:
-    return OverlapGate(app or FakeApp(), Settings(**settings), runs)
+def gate_for(runs: Any, app: Any = None, claims: Any = None, **settings: Any) -> OverlapGate:
+    """A gate on one backend, or on ``claims`` kept apart from ``runs`` (as Redis is)."""
+    return OverlapGate(app or FakeApp(), Settings(**settings), Runs(claims or runs, runs))
 
 
 def test_allow_costs_no_query() -> None:
@@ -356,3 +393,15 @@ def test_replace_revokes_the_unfinished_previous_tick(
     assert app.control.revoked[-1] == (key(T0 + 2 * MINUTE).task_id, True)
     assert _state(runs, key(T0 + 2 * MINUTE)) is RunState.REVOKED
     assert runs.claim(key(T0 + 2 * MINUTE), "w2", 0, MINUTE) is RunState.REVOKED
+
+
+def test_replace_revokes_in_claims_kept_apart_too() -> None:
+    app, claims, tracking = FakeApp(), MemoryRuns(), MemoryRuns()
+    gate = gate_for(tracking, app, claims=claims)
+    d = due(OverlapPolicy.REPLACE)
+    assert gate(d, tick_message(d, T0)) is None
+    assert gate(d, tick_message(d, T0 + MINUTE)) is None
+    gate.flush()
+    assert app.control.revoked == [(key(T0).task_id, True)]
+    assert _state(tracking, key(T0)) is RunState.REVOKED
+    assert claims.claim(key(T0), "w1", 0, MINUTE) is RunState.REVOKED

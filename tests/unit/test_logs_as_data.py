@@ -48,8 +48,14 @@ def _is_log_call(call: ast.Call) -> bool:
 
 
 def _action_problem(value: ast.expr) -> str | None:
-    """Why ``value`` is not ``Action.<MEMBER>.value`` for a real member, or None if it is."""
+    """Why ``value`` is not ``Action.<MEMBER>.value`` for a real member, or None if it is.
+
+    One indirection is allowed, by name: ``action.value`` / ``self.action.value``, where a helper
+    that logs for several callers (a circuit, a quiet heartbeat step) is handed its ``Action``.
+    """
     member = value.value if isinstance(value, ast.Attribute) and value.attr == "value" else None
+    if member is not None and _last_name(member) == "action":
+        return None
     if not (
         isinstance(member, ast.Attribute)
         and isinstance(member.value, ast.Name)

@@ -1,0 +1,218 @@
+"""``MemoryRuns``: the runs port (``Claims`` and ``RunTracking``) in one process's memory.
+
+For tests: the worker guard and the overlap gate run on it without SQL or Redis, in
+milliseconds, and it is held to the same contract tests as the real backends
+(``tests/integration/test_run_claims.py``). Time is an injected ``Clock``, so expiry is
+deterministic. It keeps a claim in its tick's row, like the store; two instances, one handed
+as claims and one as tracking, behave like Redis claims mirrored into the store.
+
+Retries: the row keeps the attempt a ``retried`` write announced, and only a delivery with at
+least that attempt (and never attempt 0) takes it, as Redis does; the store, which stores no
+attempt, is looser for attempts between 1 and that one (rule 1 of ``base.py``).
+
+The audit is not here: ``enqueued`` records what ``previous_tick`` and ``prune_runs`` would read
+from the store's ``enqueued`` records.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from celery_durable_beat.clock import Clock, SystemClock
+from celery_durable_beat.exceptions import StoreError
+from celery_durable_beat.ids import name_key
+from celery_durable_beat.runs.base import (
+    FINAL_RUN_STATES,
+    PreviousTick,
+    RunKey,
+    RunRecord,
+    RunState,
+    RunWrite,
+    WriteIf,
+)
+
+if TYPE_CHECKING:
+    from celery_durable_beat.runs.base import Claims, RunTracking
+
+
+@dataclass(frozen=True)
+class _Enqueued:
+    schedule_key: str
+    tick_ms: int
+    task_id: str
+    at_ms: int
+
+
+class MemoryRuns:
+    """Claims and run rows in a dict, behind one lock (so concurrent claims race fairly)."""
+
+    where = "the in-memory runs"
+    errors: tuple[type[BaseException], ...] = (StoreError,)
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self._rows: dict[str, RunRecord] = {}
+        self._attempts: dict[str, int] = {}
+        self._enqueued: list[_Enqueued] = []
+        self._counters: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    # -- what the audit would hold ------------------------------------------------------------
+    def enqueued(self, schedule: str, tick_ms: int, task_id: str, at_ms: int | None = None) -> None:
+        """Record an ``enqueued`` automatic tick, as the round's audit write would."""
+        at = self.clock.now_ms() if at_ms is None else at_ms
+        with self._lock:
+            self._enqueued.append(_Enqueued(name_key(schedule), tick_ms, task_id, at))
+
+    def forget_enqueued(self, task_id: str) -> None:
+        """Drop the ``enqueued`` record of a task id, as history pruning does."""
+        with self._lock:
+            self._enqueued = [e for e in self._enqueued if e.task_id != task_id]
+
+    # -- claims ---------------------------------------------------------------------------------
+    def _live(self, task_id: str, now: int) -> RunRecord | None:
+        row = self._rows.get(task_id)
+        if row is None or (row.expires_at_ms is not None and row.expires_at_ms < now):
+            return None
+        return row
+
+    def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
+        with self._lock:
+            now = self.clock.now_ms()
+            row = self._live(key.task_id, now)
+            retry = attempt >= max(1, self._attempts.get(key.task_id, 0))
+            if row is not None and not (row.state is RunState.RETRIED and retry):
+                return row.state
+            self._put(RunWrite(key, RunState.STARTED, owner, ttl_ms, attempt=attempt), now)
+            return None
+
+    def settle(self, write: RunWrite) -> bool:
+        with self._lock:
+            return self._apply(write, self.clock.now_ms())
+
+    def write(self, writes: Sequence[RunWrite]) -> None:
+        with self._lock:
+            now = self.clock.now_ms()
+            for item in writes:
+                self._apply(item, now)
+
+    def _apply(self, item: RunWrite, now: int) -> bool:
+        row = self._rows.get(item.key.task_id)
+        if item.write_if is WriteIf.UNFINISHED:
+            if row is None or row.state in FINAL_RUN_STATES:
+                return False
+            item = replace(item, owner=row.owner or "")
+        elif item.write_if is WriteIf.OWNER and row is not None and row.owner != item.owner:
+            return False
+        self._put(item, now)
+        return True
+
+    def _put(self, item: RunWrite, now: int) -> None:
+        """Write a row; an existing one keeps where it came from (as the store's upsert)."""
+        old = self._rows.get(item.key.task_id)
+        self._rows[item.key.task_id] = RunRecord(
+            task_id=item.key.task_id,
+            schedule_key=old.schedule_key if old else name_key(item.key.schedule),
+            tick_ms=old.tick_ms if old else item.key.tick_ms,
+            trigger=old.trigger if old else item.key.trigger,
+            state=item.state,
+            owner=item.owner,
+            updated_at_ms=now,
+            expires_at_ms=now + item.keep_ms,
+        )
+        self._attempts[item.key.task_id] = item.attempt
+
+    def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
+        with self._lock:
+            now = self.clock.now_ms()
+            for task_id, owner in held:
+                row = self._rows.get(task_id)
+                if row is not None and row.owner == owner and row.state is RunState.STARTED:
+                    self._rows[task_id] = replace(
+                        row, updated_at_ms=now, expires_at_ms=now + ttl_ms
+                    )
+
+    def mark_revoked(self, key: RunKey, owner: str, keep_ms: int) -> bool:
+        with self._lock:
+            now = self.clock.now_ms()
+            row = self._live(key.task_id, now)
+            if row is not None and row.state is not RunState.RETRIED:
+                return False
+            self._put(RunWrite(key, RunState.REVOKED, owner, keep_ms), now)
+            return True
+
+    def release(self, task_id: str, owner: str) -> None:
+        with self._lock:
+            row = self._rows.get(task_id)
+            if row is not None and row.owner == owner:
+                now = self.clock.now_ms()
+                self._rows[task_id] = replace(
+                    row, state=RunState.UNKNOWN, updated_at_ms=now, expires_at_ms=now - 1
+                )
+
+    def state(self, task_id: str) -> RunState | None:
+        with self._lock:
+            row = self._live(task_id, self.clock.now_ms())
+        return None if row is None else row.state
+
+    def count(self, name: str) -> None:
+        with self._lock:
+            self._counters[name] += 1
+
+    def counters(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counters)
+
+    # -- tracking -------------------------------------------------------------------------------
+    def get_run(self, task_id: str) -> RunRecord | None:
+        with self._lock:
+            return self._rows.get(task_id)
+
+    def previous_tick(self, schedule: str, before_tick_ms: int) -> PreviousTick | None:
+        wanted = name_key(schedule)
+        with self._lock:
+            now = self.clock.now_ms()
+            for rec in reversed(self._enqueued):
+                if rec.schedule_key == wanted and rec.tick_ms < before_tick_ms:
+                    row = self._rows.get(rec.task_id)
+                    return PreviousTick(
+                        task_id=rec.task_id,
+                        tick_ms=rec.tick_ms,
+                        enqueued_at_ms=rec.at_ms,
+                        state=None if row is None else row.state,
+                        expires_at_ms=None if row is None else row.expires_at_ms,
+                        now_ms=now,
+                    )
+        return None
+
+    def prune_runs(self, limit: int) -> int:
+        with self._lock:
+            now = self.clock.now_ms()
+            kept = {e.task_id for e in self._enqueued}
+            doomed = [
+                task_id
+                for task_id, row in self._rows.items()
+                if row.expires_at_ms is not None and row.expires_at_ms < now and task_id not in kept
+            ][: max(0, limit)]
+            for task_id in doomed:
+                del self._rows[task_id]
+                self._attempts.pop(task_id, None)
+        return len(doomed)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+if TYPE_CHECKING:
+
+    def _tracks(runs: MemoryRuns) -> RunTracking:
+        """mypy proves here that MemoryRuns keeps the whole RunTracking protocol."""
+        return runs
+
+    def _claims(runs: MemoryRuns) -> Claims:
+        """... and the whole Claims protocol."""
+        return runs

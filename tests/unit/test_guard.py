@@ -1,0 +1,236 @@
+"""The worker guard's decisions (``worker/guard.py``) on the in-memory runs backend.
+
+No SQL, no Redis, no sleeping: ``MemoryRuns`` and the guard share a fake clock that ``sleep``
+moves on. Both topologies are covered: claims that are the tracking rows (the store) and claims
+kept apart from tracking (Redis), with ``MemoryRuns`` standing in for each.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+
+import pytest
+
+from celery_durable_beat.exceptions import StoreUnavailable
+from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.model import Action, Trigger
+from celery_durable_beat.runs.base import RunKey, Runs, RunState, RunWrite
+from celery_durable_beat.runs.memory import MemoryRuns
+from celery_durable_beat.settings import Settings
+from celery_durable_beat.worker.guard import CIRCUIT_S, GuardRuntime, Refused
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_780_000_000_000
+KEY = RunKey(tick_task_id("Nightly", T0), "Nightly", T0, Trigger.AUTO.value)
+
+
+class FakeClock:
+    """Wall and monotonic time that move only when told."""
+
+    def __init__(self) -> None:
+        self.ms = T0
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def monotonic(self) -> float:
+        return self.ms / 1000
+
+    def sleep(self, seconds: float) -> None:
+        self.ms += round(seconds * 1000)
+
+
+class Flaky(MemoryRuns):
+    """``MemoryRuns`` that raises, as a backend that does not answer, while ``down``."""
+
+    down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise StoreUnavailable("the test took it down")
+
+    def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
+        self._check()
+        return super().claim(key, owner, attempt, ttl_ms)
+
+    def settle(self, write: RunWrite) -> bool:
+        self._check()
+        return super().settle(write)
+
+    def write(self, writes: Sequence[RunWrite]) -> None:
+        self._check()
+        super().write(writes)
+
+    def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
+        self._check()
+        super().heartbeat(held, ttl_ms)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make(clock: FakeClock) -> Iterator[Callable[..., GuardRuntime]]:
+    """``make(claims, tracking=None, sleep=None)``: a runtime, closed after the test."""
+    made: list[GuardRuntime] = []
+
+    def build(
+        claims: MemoryRuns,
+        tracking: MemoryRuns | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> GuardRuntime:
+        settings = Settings(run_ttl=3, dedup_ttl=60)
+        runs = Runs(claims=claims, tracking=tracking or claims)
+        runtime = GuardRuntime(settings, runs, clock=clock, sleep=sleep or clock.sleep)
+        made.append(runtime)
+        return runtime
+
+    yield build
+    for runtime in made:
+        runtime.close()
+
+
+def enter(runtime: GuardRuntime, attempt: int = 0, redelivered: bool = False) -> object:
+    return runtime.enter(KEY, hostname="w", attempt=attempt, redelivered=redelivered)
+
+
+def test_a_claimed_tick_runs_and_its_end_is_recorded(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    runs = MemoryRuns(clock)
+    runtime = make(runs)
+    held = runtime.enter(KEY, hostname="w", attempt=0, redelivered=False)
+    assert held.claimed and runs.state(KEY.task_id) is RunState.STARTED
+    runtime.leave(held, RunState.SUCCEEDED)
+    record = runs.get_run(KEY.task_id)
+    assert record is not None and record.state is RunState.SUCCEEDED
+    assert record.owner == held.owner and record.expires_at_ms == T0 + 60_000
+    assert runtime.counters == {"claimed": 1}
+
+
+def test_a_duplicate_is_refused_and_counted(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    runs = MemoryRuns(clock)
+    runtime = make(runs)
+    enter(runtime)
+    with pytest.raises(Refused) as refused:
+        enter(runtime)
+    assert refused.value.state is RunState.STARTED
+    assert runtime.counters["duplicates_refused"] == 1
+    assert runs.counters() == {"duplicates_refused": 1}  # the shared counter
+
+
+def test_a_redelivery_waits_for_a_dead_run_and_then_runs(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    runs = MemoryRuns(clock)
+    runs.claim(KEY, "dead-worker", 0, 3000)  # started, then its worker died: no heartbeat
+    held = enter(make(runs), redelivered=True)
+    assert clock.ms - T0 > 3000  # it waited out the dead run's claim
+    assert runs.state(KEY.task_id) is RunState.STARTED and held is not None
+
+
+def test_a_redelivery_facing_a_live_run_is_refused_after_waiting(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    runs = MemoryRuns(clock)
+    runs.claim(KEY, "alive", 0, 3000)
+
+    def sleep_while_it_heartbeats(seconds: float) -> None:
+        clock.sleep(seconds)
+        runs.heartbeat([(KEY.task_id, "alive")], 3000)
+
+    with pytest.raises(Refused):
+        enter(make(runs, sleep=sleep_while_it_heartbeats), redelivered=True)
+    assert clock.ms - T0 >= 4000  # run_ttl + 1 s
+
+
+def test_a_redelivery_of_a_finished_run_is_refused_at_once(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    runs = MemoryRuns(clock)
+    runs.claim(KEY, "w1", 0, 3000)
+    runs.settle(RunWrite(KEY, RunState.FAILED, "w1", 60_000))
+    with pytest.raises(Refused) as refused:
+        enter(make(runs), redelivered=True)
+    assert refused.value.state is RunState.FAILED and clock.ms == T0
+
+
+def test_a_retry_claims_the_tick_and_a_copy_of_the_original_does_not(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    runs = MemoryRuns(clock)
+    runtime = make(runs)
+    held = runtime.enter(KEY, hostname="w", attempt=0, redelivered=False)
+    runtime.retrying(held, delay_s=10)
+    record = runs.get_run(KEY.task_id)
+    assert record is not None and record.state is RunState.RETRIED
+    assert record.expires_at_ms == T0 + 13_000  # the delay, then run_ttl
+    with pytest.raises(Refused):
+        enter(runtime, attempt=0)
+    retry = runtime.enter(KEY, hostname="w", attempt=1, redelivered=False)
+    runtime.leave(retry, RunState.SUCCEEDED)
+    assert runs.state(KEY.task_id) is RunState.SUCCEEDED
+
+
+def test_a_requeued_run_gives_the_tick_back(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    runs = MemoryRuns(clock)
+    runtime = make(runs)
+    runtime.leave(runtime.enter(KEY, hostname="w", attempt=0, redelivered=False), None)
+    assert runtime.enter(KEY, hostname="w", attempt=0, redelivered=False).claimed
+
+
+def test_the_store_down_the_tick_runs_and_its_state_is_written_late(
+    clock: FakeClock, make: Callable[..., GuardRuntime], caplog: pytest.LogCaptureFixture
+) -> None:
+    runs = Flaky(clock)
+    runtime = make(runs)
+    runs.down = True
+    caplog.set_level(logging.INFO, logger="celery_durable_beat.worker")
+    held = runtime.enter(KEY, hostname="w", attempt=0, redelivered=False)
+    assert not held.claimed and runtime.counters["unclaimed"] == 1
+    runtime.leave(held, RunState.SUCCEEDED)
+    assert runs.get_run(KEY.task_id) is None  # kept in memory meanwhile
+    runs.down = False
+    runtime.heartbeat_once()
+    assert runs.get_run(KEY.task_id) is None  # the circuit leaves the store alone 5 s
+    clock.sleep(CIRCUIT_S)
+    runtime.heartbeat_once()
+    assert runs.state(KEY.task_id) is RunState.SUCCEEDED
+    actions = [getattr(r, "action", None) for r in caplog.records]
+    assert actions == [Action.RUN_TRACKING_UNAVAILABLE.value, Action.RUN_TRACKING_RESTORED.value]
+
+
+def test_claims_kept_apart_are_mirrored_into_tracking(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    claims, tracking = MemoryRuns(clock), MemoryRuns(clock)
+    runtime = make(claims, tracking)
+    held = runtime.enter(KEY, hostname="w", attempt=0, redelivered=False)
+    assert claims.state(KEY.task_id) is tracking.state(KEY.task_id) is RunState.STARTED
+    runtime.leave(held, RunState.SUCCEEDED)
+    assert claims.state(KEY.task_id) is tracking.state(KEY.task_id) is RunState.SUCCEEDED
+
+
+def test_claims_apart_down_the_tick_runs_unchecked(
+    clock: FakeClock, make: Callable[..., GuardRuntime], caplog: pytest.LogCaptureFixture
+) -> None:
+    claims, tracking = Flaky(clock), MemoryRuns(clock)
+    claims.down = True
+    runtime = make(claims, tracking)
+    caplog.set_level(logging.INFO, logger="celery_durable_beat.worker")
+    first = runtime.enter(KEY, hostname="w", attempt=0, redelivered=False)
+    second = runtime.enter(KEY, hostname="w", attempt=0, redelivered=False)
+    assert not first.claimed and not second.claimed  # fail open, both
+    assert tracking.state(KEY.task_id) is RunState.UNKNOWN
+    runtime.leave(first, RunState.SUCCEEDED)
+    assert tracking.state(KEY.task_id) is RunState.SUCCEEDED  # the row is first's: it wrote it
+    actions = [getattr(r, "action", None) for r in caplog.records]
+    assert actions == [Action.DEDUP_UNAVAILABLE.value]
