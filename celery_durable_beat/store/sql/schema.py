@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection
 from celery_durable_beat.exceptions import SchemaOutdated
 from celery_durable_beat.store.tables import FENCE_ID, VERSION_TABLE, fence, metadata
 
-MIGRATIONS = Path(__file__).with_name("migrations")
+MIGRATIONS = Path(__file__).parent.parent / "migrations"
 MIGRATE_HINT = "run: celery -A proj durable-beat migrate"
 
 _LOCK_KEY = 0x64_75_72_61_62_6C_65
