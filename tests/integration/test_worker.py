@@ -29,7 +29,7 @@ from celery_durable_beat.model import Trigger
 from celery_durable_beat.runs.base import RunState
 from celery_durable_beat.worker import counters
 from tests.conftest import PG_ADMIN_URL
-from tests.support.procs import wait_until
+from tests.support.procs import CeleryProcess, wait_until
 from tests.support.rig import ProcessRig, ensure_schema, rig_factory, run_row, tick_headers
 
 pytestmark = pytest.mark.integration
@@ -258,11 +258,20 @@ def test_a_failing_tick_and_a_hard_time_limit_are_recorded_failed(make_rig: Any)
     wait_until(lambda: rig.state(slow) is RunState.FAILED, 20, "time limit: failed")
 
 
+def _late_tick(
+    make_rig: Any, visibility: float, processes: int, name: str, seconds: float
+) -> tuple[ProcessRig, CeleryProcess, str]:
+    """An acks-late tick of ``seconds`` sent to a prefork worker whose broker gives unacked
+    messages back after ``visibility`` seconds (run TTL 2 s); the rig, worker and task id."""
+    rig = make_rig(visibility_timeout=visibility, run_ttl=2)
+    worker = rig.worker("prefork", processes)
+    task_id = tick_task_id(name, T0)
+    rig.send("procapp.late_sleepy", task_id, tick_headers(name, T0), args=(seconds,))
+    return rig, worker, task_id
+
+
 def test_an_acks_late_redelivery_after_its_worker_died_runs(make_rig: Any) -> None:
-    rig = make_rig(VISIBILITY_TIMEOUT="3", GUARD_RUN_TTL="2")
-    first = rig.worker("prefork", 1)
-    task_id = tick_task_id("Late", T0)
-    rig.send("procapp.late_sleepy", task_id, tick_headers("Late", T0), args=(3,))
+    rig, first, task_id = _late_tick(make_rig, 3, 1, "Late", 3)
     wait_until(lambda: rig.rows("start"), 20, "the first run to start")
     first.signal(signal.SIGKILL)
     first.kill()  # the whole process group: main process and pool child, mid-task
@@ -275,10 +284,7 @@ def test_an_acks_late_redelivery_after_its_worker_died_runs(make_rig: Any) -> No
 
 def test_a_redelivery_while_the_first_run_is_alive_is_refused(make_rig: Any) -> None:
     # visibility_timeout shorter than the task: Redis gives the message back while it runs.
-    rig = make_rig(VISIBILITY_TIMEOUT="2", GUARD_RUN_TTL="2")
-    worker = rig.worker("prefork", 2)
-    task_id = tick_task_id("Long", T0)
-    rig.send("procapp.late_sleepy", task_id, tick_headers("Long", T0), args=(8,))
+    rig, worker, _ = _late_tick(make_rig, 2, 2, "Long", 8)
     wait_until(lambda: rig.rows("end"), 30, "the run to finish")
     wait_until(lambda: "not executed" in worker.output(), 20, "a refused redelivery")
     time.sleep(1)
