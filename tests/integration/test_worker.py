@@ -25,7 +25,7 @@ from celery.contrib.testing.worker import start_worker
 
 from celery_durable_beat import install, periodic_origin
 from celery_durable_beat.ids import tick_task_id
-from celery_durable_beat.model import Trigger
+from celery_durable_beat.model import Action, Trigger
 from celery_durable_beat.runs.base import RunState
 from celery_durable_beat.worker import counters
 from tests.conftest import PG_ADMIN_URL
@@ -286,7 +286,7 @@ def test_a_redelivery_while_the_first_run_is_alive_is_refused(make_rig: Any) -> 
     # visibility_timeout shorter than the task: Redis gives the message back while it runs.
     rig, worker, _ = _late_tick(make_rig, 2, 2, "Long", 8)
     wait_until(lambda: rig.rows("end"), 30, "the run to finish")
-    wait_until(lambda: "not executed" in worker.output(), 20, "a refused redelivery")
+    worker.wait_action(Action.DUPLICATE_REFUSED.value, 20)  # a refused redelivery
     time.sleep(1)
     assert [r["event"] for r in rig.rows()] == ["start", "end"]
 
