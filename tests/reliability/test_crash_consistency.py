@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.model import Action
 from tests.support.procs import wait_until
 from tests.support.rig import ProcessRig, rig_factory, tick_headers
 
@@ -102,6 +103,9 @@ def one_trial(rig: ProcessRig, rng: random.Random, mode: str, figures: Figures) 
 def settle(rig: ProcessRig) -> None:
     """A last beat runs normally and stops cleanly; then the worker drains everything."""
     beat = rig.beat(schedule=SCHEDULES)
+    # Until it leads, the worker may still be draining earlier beats' ticks: counting from
+    # then, 100 runs could come before this beat has even started (and SIGTERM kill it).
+    beat.wait_action(Action.LEADERSHIP_GAINED.value, 30)
     seen = len(rig.rows("run"))
     rig.wait_rows(seen + 100, 90, "run")
     assert beat.stop() == 0, beat.output()[-3000:]
