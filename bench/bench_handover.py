@@ -50,12 +50,13 @@ from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.store.tables import audit
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # the process helpers of the tests (tests/support/procs.py)
+if str(REPO) not in sys.path:  # the process helpers of the tests (tests/support/)
     sys.path.insert(0, str(REPO))
 from tests.support.procs import CeleryProcess, ThrowawayRedis, wait_until  # noqa: E402
+from tests.support.rig import APP_MODULE  # noqa: E402
 
 PG = os.environ.get("DURABLE_BEAT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-SCHEDULE = {"h": {"task": "beatapp.record", "schedule": "@every:100", "missed": "skip"}}
+SCHEDULE = {"h": {"task": "procapp.record", "schedule": "@every:100", "missed": "skip"}}
 
 
 class Bench:
@@ -65,7 +66,6 @@ class Bench:
         self.poll = poll
         self.random = random.Random(f"{backend}-{ttl}-{poll}")
         self.workdir = Path(tempfile.mkdtemp(prefix="handover-"))
-        shutil.copy(REPO / "tests" / "support" / "beatapp.py", self.workdir / "beatapp.py")
         self.env = {
             "BEAT_BROKER": broker,
             "DURABLE_BEAT_URL": store_url,
@@ -74,6 +74,7 @@ class Bench:
             "BEAT_LEASE_TTL": str(ttl),
             "BEAT_POLL": str(poll),
             "BEAT_LEASE_URL": broker if backend == "redis" else "",
+            "GUARD": "0",
         }
         self.broker = redis.Redis.from_url(broker)
         self.engine = create_engine(store_url)
@@ -83,7 +84,7 @@ class Bench:
     def start_beat(self) -> CeleryProcess:
         self.started += 1
         args = ["beat", "-S", "celery_durable_beat.Scheduler", "-l", "info", "--pidfile="]
-        beat = CeleryProcess(self.workdir, "beatapp", args, self.env, f"beat-{self.started}")
+        beat = CeleryProcess(self.workdir, APP_MODULE, args, self.env, f"beat-{self.started}")
         self.beats.append(beat)
         return beat
 

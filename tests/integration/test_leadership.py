@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from contextlib import ExitStack, closing
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,33 +54,33 @@ def make_beat(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """Schedulers as ``celery beat`` builds them, minus the process-wide signal handlers."""
     monkeypatch.delenv("DURABLE_BEAT_URL", raising=False)
     monkeypatch.setattr(Scheduler, "_install_signal_handlers", lambda self: None)
-    made: list[Scheduler] = []
+    with ExitStack() as made:
+        yield partial(_scheduler, made, tmp_path)
 
-    def make(
-        name: str,
-        schedule: dict[str, dict[str, Any]] | None = None,
-        *,
-        url: str | None = None,
-        ttl: float = 30.0,
-        poll: float = 1.0,
-        clock: StepClock | None = None,
-        lease_url: str | None = None,
-    ) -> Scheduler:
-        app = Celery(f"lead-{name}", broker="memory://", set_as_current=False)
-        app.conf.durable_beat_url = url or f"sqlite:///{tmp_path}/store.sqlite3"
-        app.conf.beat_schedule = schedule or {}
-        app.conf.durable_beat_lease_ttl = ttl
-        app.conf.durable_beat_poll_interval = poll
-        app.conf.durable_beat_lease_url = lease_url
-        beat = Scheduler(app, clock=clock)
-        if beat.lease is not None:
-            beat.lease.holder = name  # type: ignore[attr-defined]
-        made.append(beat)
-        return beat
 
-    yield make
-    for beat in made:
-        beat.close()
+def _scheduler(
+    made: ExitStack,
+    tmp_path: Path,
+    name: str,
+    schedule: dict[str, dict[str, Any]] | None = None,
+    *,
+    url: str | None = None,
+    ttl: float = 30.0,
+    poll: float = 1.0,
+    clock: StepClock | None = None,
+    lease_url: str | None = None,
+) -> Scheduler:
+    """A scheduler whose lease holder is ``name``, closed when the test ends."""
+    app = Celery(f"lead-{name}", broker="memory://", set_as_current=False)
+    app.conf.durable_beat_url = url or f"sqlite:///{tmp_path}/store.sqlite3"
+    app.conf.beat_schedule = schedule or {}
+    app.conf.durable_beat_lease_ttl = ttl
+    app.conf.durable_beat_poll_interval = poll
+    app.conf.durable_beat_lease_url = lease_url
+    beat = made.enter_context(closing(Scheduler(app, clock=clock)))
+    if beat.lease is not None:
+        beat.lease.holder = name  # type: ignore[attr-defined]
+    return beat
 
 
 def _round(beat: Scheduler) -> float:
@@ -91,12 +93,20 @@ def _messages(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
 
+def _leader_and_standby(
+    make_beat: Any, caplog: pytest.LogCaptureFixture, ttl: float
+) -> tuple[Scheduler, Scheduler]:
+    """beat-a and beat-b with this TTL, beat-a leading after one round; INFO logs captured."""
+    caplog.set_level(logging.INFO, logger="celery_durable_beat")
+    a, b = make_beat("beat-a", ttl=ttl), make_beat("beat-b", ttl=ttl)
+    _round(a)
+    return a, b
+
+
 def test_a_standby_names_the_leader_and_takes_over_on_release(
     make_beat: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="celery_durable_beat")
-    a, b = make_beat("beat-a", ttl=0.9), make_beat("beat-b", ttl=0.9)
-    _round(a)
+    a, b = _leader_and_standby(make_beat, caplog, ttl=0.9)
     assert _messages(caplog, "leadership gained (epoch 1) by beat-a")
     caplog.clear()
     delay = _round(b)
@@ -108,9 +118,10 @@ def test_a_standby_names_the_leader_and_takes_over_on_release(
     assert _messages(caplog, "leadership gained (epoch 2) by beat-b")
 
 
-def test_a_standby_tries_right_after_a_silent_leader_s_lease_expires(make_beat: Any) -> None:
-    a, b = make_beat("beat-a", ttl=3.0), make_beat("beat-b", ttl=3.0)
-    _round(a)  # then beat-a goes silent: no more renewals
+def test_a_standby_tries_right_after_a_silent_leader_s_lease_expires(
+    make_beat: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, b = _leader_and_standby(make_beat, caplog, ttl=3.0)  # then beat-a goes silent
     assert _round(b) == pytest.approx(1.0)  # the poll interval while the lease has long to run
     delay = wait_until(lambda: (d := _round(b)) < 0.5 and d, 5, "the expiry to come near", 0.1)
     assert b._status is not None and b._status.remaining_ms is not None
@@ -121,9 +132,7 @@ def test_a_standby_tries_right_after_a_silent_leader_s_lease_expires(make_beat: 
 def test_losing_the_lease_is_logged_once_and_the_beat_keeps_standing_by(
     make_beat: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.INFO, logger="celery_durable_beat")
-    a, b = make_beat("beat-a", ttl=0.5), make_beat("beat-b", ttl=0.5)
-    _round(a)
+    a, b = _leader_and_standby(make_beat, caplog, ttl=0.5)
     _round(b)
     # beat-a stalls (no rounds): its lease expires by the store's clock and beat-b takes over.
     wait_until(lambda: (_round(b), b._was_leader)[1], 5, "beat-b to take over", interval=0.05)

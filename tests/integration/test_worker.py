@@ -14,6 +14,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +25,12 @@ from celery.contrib.testing.worker import start_worker
 
 from celery_durable_beat import install, periodic_origin
 from celery_durable_beat.ids import tick_task_id
-from celery_durable_beat.model import Trigger
+from celery_durable_beat.model import Action, Trigger
 from celery_durable_beat.runs.base import RunState
-from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.worker import counters
 from tests.conftest import PG_ADMIN_URL
-from tests.support.guardrig import Rig, ensure_schema, run_row, tick_headers
-from tests.support.procs import wait_until
+from tests.support.procs import CeleryProcess, wait_until
+from tests.support.rig import ProcessRig, ensure_schema, rig_factory, run_row, tick_headers
 
 pytestmark = pytest.mark.integration
 
@@ -205,27 +205,21 @@ def test_store_down_the_tick_runs_and_its_state_is_recorded_late(
 
 
 @pytest.fixture
-def rig_factory(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Any]:
-    rigs: list[Rig] = []
-
-    def make(**env: str) -> Rig:
-        rig = Rig(tmp_path, pg_url, redis_url, **env)
-        rigs.append(rig)
-        return rig
-
-    yield make
-    for rig in rigs:
-        rig.close()
+def make_rig(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Any]:
+    """Rigs whose workers run ``install(app)``; a beat's lease lives 3 s."""
+    rig = partial(ProcessRig, store_url=pg_url, broker_url=redis_url, lease_ttl=3)
+    with rig_factory(tmp_path, rig) as make:
+        yield make
 
 
 @pytest.mark.parametrize("pool", ["prefork", "threads", "solo"])
-def test_duplicate_deliveries_of_a_tick_execute_once(rig_factory: Any, pool: str) -> None:
-    rig = rig_factory()
-    worker = rig.worker(pool)
+def test_duplicate_deliveries_of_a_tick_execute_once(make_rig: Any, pool: str) -> None:
+    rig = make_rig()
+    worker = rig.worker(pool, 2)
     task_id = tick_task_id("Nightly", T0)
     for _ in range(4):
-        rig.send("guardapp.record", task_id, tick_headers("Nightly", T0))
-    rig.send("guardapp.record", None, None)  # an ordinary task
+        rig.send("procapp.record", task_id, tick_headers("Nightly", T0))
+    rig.send("procapp.record", None, None)  # an ordinary task
     wait_until(lambda: len(rig.rows()) == 2 and rig.drained(), 30, "2 runs, queue drained")
     tick, ordinary = sorted(rig.rows(), key=lambda r: r["schedule"] is None)
     assert tick["id"] == task_id
@@ -237,38 +231,47 @@ def test_duplicate_deliveries_of_a_tick_execute_once(rig_factory: Any, pool: str
     refused = [line for line in worker.output().splitlines() if "not executed" in line]
     assert len(refused) == 3 and all(task_id in line for line in refused)
     # Long after, the same tick delivered again is still refused (dedup TTL).
-    rig.send("guardapp.record", task_id, tick_headers("Nightly", T0))
+    rig.send("procapp.record", task_id, tick_headers("Nightly", T0))
     wait_until(lambda: rig.shared_counters()["duplicates_refused"] == 4, 20, "a 4th refusal")
     assert len(rig.rows()) == 2
 
 
-def test_a_retried_tick_runs_each_retry(rig_factory: Any) -> None:
-    rig = rig_factory()
+def test_a_retried_tick_runs_each_retry(make_rig: Any) -> None:
+    rig = make_rig()
     rig.worker("threads", 2)
     task_id = tick_task_id("Flaky", T0)
-    rig.send("guardapp.flaky", task_id, tick_headers("Flaky", T0), args=(2, 1.5))
+    rig.send("procapp.flaky", task_id, tick_headers("Flaky", T0), args=(2, 1.5))
     wait_until(lambda: rig.state(task_id) is RunState.RETRIED, 20, "run state retried")
-    rig.send("guardapp.flaky", task_id, tick_headers("Flaky", T0), args=(2, 1.5))  # duplicate
+    rig.send("procapp.flaky", task_id, tick_headers("Flaky", T0), args=(2, 1.5))  # duplicate
     wait_until(lambda: rig.state(task_id) is RunState.SUCCEEDED, 30, "run state succeeded")
     assert [r["retries"] for r in rig.rows()] == [0, 1, 2]
     assert all(r["id"] == task_id for r in rig.rows())
 
 
-def test_a_failing_tick_and_a_hard_time_limit_are_recorded_failed(rig_factory: Any) -> None:
-    rig = rig_factory()
+def test_a_failing_tick_and_a_hard_time_limit_are_recorded_failed(make_rig: Any) -> None:
+    rig = make_rig()
     rig.worker("prefork", 2)
     broken, slow = tick_task_id("Broken", T0), tick_task_id("Slow", T0)
-    rig.send("guardapp.broken", broken, tick_headers("Broken", T0))
-    rig.send("guardapp.sleepy", slow, tick_headers("Slow", T0), args=(30,), time_limit=1)
+    rig.send("procapp.broken", broken, tick_headers("Broken", T0))
+    rig.send("procapp.sleepy", slow, tick_headers("Slow", T0), args=(30,), time_limit=1)
     wait_until(lambda: rig.state(broken) is RunState.FAILED, 20, "broken: failed")
     wait_until(lambda: rig.state(slow) is RunState.FAILED, 20, "time limit: failed")
 
 
-def test_an_acks_late_redelivery_after_its_worker_died_runs(rig_factory: Any) -> None:
-    rig = rig_factory(VISIBILITY_TIMEOUT="3", GUARD_RUN_TTL="2")
-    first = rig.worker("prefork", 1)
-    task_id = tick_task_id("Late", T0)
-    rig.send("guardapp.late_sleepy", task_id, tick_headers("Late", T0), args=(3,))
+def _late_tick(
+    make_rig: Any, visibility: float, processes: int, name: str, seconds: float
+) -> tuple[ProcessRig, CeleryProcess, str]:
+    """An acks-late tick of ``seconds`` sent to a prefork worker whose broker gives unacked
+    messages back after ``visibility`` seconds (run TTL 2 s); the rig, worker and task id."""
+    rig = make_rig(visibility_timeout=visibility, run_ttl=2)
+    worker = rig.worker("prefork", processes)
+    task_id = tick_task_id(name, T0)
+    rig.send("procapp.late_sleepy", task_id, tick_headers(name, T0), args=(seconds,))
+    return rig, worker, task_id
+
+
+def test_an_acks_late_redelivery_after_its_worker_died_runs(make_rig: Any) -> None:
+    rig, first, task_id = _late_tick(make_rig, 3, 1, "Late", 3)
     wait_until(lambda: rig.rows("start"), 20, "the first run to start")
     first.signal(signal.SIGKILL)
     first.kill()  # the whole process group: main process and pool child, mid-task
@@ -279,14 +282,11 @@ def test_an_acks_late_redelivery_after_its_worker_died_runs(rig_factory: Any) ->
     assert rig.state(task_id) is RunState.SUCCEEDED
 
 
-def test_a_redelivery_while_the_first_run_is_alive_is_refused(rig_factory: Any) -> None:
+def test_a_redelivery_while_the_first_run_is_alive_is_refused(make_rig: Any) -> None:
     # visibility_timeout shorter than the task: Redis gives the message back while it runs.
-    rig = rig_factory(VISIBILITY_TIMEOUT="2", GUARD_RUN_TTL="2")
-    worker = rig.worker("prefork", 2)
-    task_id = tick_task_id("Long", T0)
-    rig.send("guardapp.late_sleepy", task_id, tick_headers("Long", T0), args=(8,))
+    rig, worker, _ = _late_tick(make_rig, 2, 2, "Long", 8)
     wait_until(lambda: rig.rows("end"), 30, "the run to finish")
-    wait_until(lambda: "not executed" in worker.output(), 20, "a refused redelivery")
+    worker.wait_action(Action.DUPLICATE_REFUSED.value, 20)  # a refused redelivery
     time.sleep(1)
     assert [r["event"] for r in rig.rows()] == ["start", "end"]
 
@@ -294,54 +294,33 @@ def test_a_redelivery_while_the_first_run_is_alive_is_refused(rig_factory: Any) 
 # -- overlap with a real beat ---------------------------------------------------------------------
 
 
-def history(rig: Rig, name: str) -> list[Any]:
-    store = SqlStore(rig.pg_url)
-    try:
-        return store.history(name, 100)
-    finally:
-        store.close()
-
-
-def test_overlap_skip_never_runs_two_ticks_at_once(rig_factory: Any) -> None:
-    rig = rig_factory()
+def _sleepy_beat(rig: ProcessRig, name: str, every: str, seconds: float, overlap: str) -> None:
+    """A worker with 3 processes and a beat firing ``procapp.sleepy(seconds)`` ``every``."""
     rig.worker("prefork", 3)
-    rig.beat(
-        {
-            "slow": {
-                "task": "guardapp.sleepy",
-                "schedule": "@every 1s",
-                "args": [2.5],
-                "overlap": "skip",
-            }
-        }
-    )
+    schedule = {"task": "procapp.sleepy", "schedule": every, "args": [seconds], "overlap": overlap}
+    rig.beat(schedule={name: schedule})
+
+
+def test_overlap_skip_never_runs_two_ticks_at_once(make_rig: Any) -> None:
+    rig = make_rig()
+    _sleepy_beat(rig, "slow", "@every 1s", 2.5, "skip")
     wait_until(lambda: len(rig.rows("end")) >= 3, 60, "3 finished runs")
     starts = {r["id"]: r["t"] for r in rig.rows("start")}
     ends = {r["id"]: r["t"] for r in rig.rows("end")}
     spans = sorted((starts[i], ends.get(i, float("inf"))) for i in starts)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
-    events = history(rig, "slow")
+    events = rig.history("slow")
     assert any(e.outcome.value == "skipped" and e.reason == "overlap" for e in events)
     finished = [e for e in events if e.task_id in ends]
     assert finished and all(e.run_state == "succeeded" for e in finished)
 
 
-def test_overlap_replace_terminates_the_unfinished_run(rig_factory: Any) -> None:
-    rig = rig_factory()
-    rig.worker("prefork", 3)
-    rig.beat(
-        {
-            "long": {
-                "task": "guardapp.sleepy",
-                "schedule": "@every 2s",
-                "args": [60],
-                "overlap": "replace",
-            }
-        }
-    )
+def test_overlap_replace_terminates_the_unfinished_run(make_rig: Any) -> None:
+    rig = make_rig()
+    _sleepy_beat(rig, "long", "@every 2s", 60, "replace")
     wait_until(lambda: len(rig.rows("start")) >= 3, 60, "3 runs started")
     revoked = wait_until(
-        lambda: [e for e in history(rig, "long") if e.run_state == "revoked"],
+        lambda: [e for e in rig.history("long") if e.run_state == "revoked"],
         20,
         "revoked runs in history",
     )

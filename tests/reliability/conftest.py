@@ -3,9 +3,6 @@ worker's record of what it executed. Every test runs on both lease backends."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,7 +15,8 @@ from sqlalchemy.engine import Engine
 
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.store.tables import audit, schedules
-from tests.support.procs import REPO, CeleryProcess, ThrowawayRedis, read_jsonl, wait_until
+from tests.support.procs import CeleryProcess, ThrowawayRedis, wait_until
+from tests.support.rig import ProcessRig, rig_factory
 
 HOLDER_KEY = "{durable_beat}:lease:holder"
 
@@ -36,64 +34,42 @@ class Record:
     recorded_at_ms: int
 
 
-class HaRig:
-    """A workdir with the test app, one worker and any number of beats on one store and lease."""
+class HaRig(ProcessRig):
+    """One worker and any number of beats on one store and lease, all with one schedule, and
+    no worker guard: each tick executed exactly once must then be beat's doing alone."""
 
     def __init__(
         self,
-        tmp: Path,
+        workdir: Path,
         store_url: str,
         broker_url: str,
         lease_url: str | None,
         schedule: dict[str, Any],
-        ttl: float,
+        ttl: float = 30.0,
     ) -> None:
-        self.tmp = tmp
-        shutil.copy(REPO / "tests" / "support" / "beatapp.py", tmp / "beatapp.py")
-        self.ticks_file = tmp / "ticks.jsonl"
-        self.store_url = store_url
+        super().__init__(
+            workdir,
+            store_url,
+            broker_url,
+            schedule=schedule,
+            lease_url=lease_url,
+            lease_ttl=ttl,
+            poll=0.2,
+            guard=False,
+        )
         self.lease_url = lease_url
         self.names = sorted(schedule)
-        self.env = {
-            "BEAT_BROKER": broker_url,
-            "DURABLE_BEAT_URL": store_url,
-            "BEAT_SCHEDULE": json.dumps(schedule),
-            "TICKS_FILE": str(self.ticks_file),
-            "BEAT_LEASE_TTL": str(ttl),
-            "BEAT_POLL": "0.2",
-            "BEAT_LEASE_URL": lease_url or "",
-        }
-        self.procs: list[CeleryProcess] = []
-        self.beats: list[CeleryProcess] = []
         self.store = SqlStore(store_url)
-        self.store.ensure_schema()  # so the evidence can be read before any beat has started
         self._engine: Engine | None = None
 
-    # -- processes ------------------------------------------------------------------------------
-    def worker(self) -> CeleryProcess:
-        args = [
-            "worker",
-            "-P",
-            "solo",
-            "-l",
-            "info",
-            "--without-mingle",
-            "--without-gossip",
-            "--without-heartbeat",
-        ]
-        return self._start(args, "worker")
-
-    def beat(self, name: str = "beat") -> CeleryProcess:
-        proc = self._start(
-            ["beat", "-S", "celery_durable_beat.Scheduler", "-l", "info", "--pidfile="], name
-        )
-        self.beats.append(proc)
-        return proc
-
-    def _start(self, args: list[str], name: str) -> CeleryProcess:
-        proc = CeleryProcess(self.tmp, "beatapp", args, self.env, f"{name}-{len(self.procs)}")
-        self.procs.append(proc)
-        return proc
+    def start_leader_and_standby(self) -> tuple[CeleryProcess, int]:
+        """A worker, beat-a and beat-b; once one leads and 3 ticks are enqueued: the leader and
+        the epoch of the last tick."""
+        self.worker(ready=False)
+        self.beat("beat-a")
+        self.beat("beat-b")
+        leader = self.wait_leader()
+        return leader, self.wait_ticks(3)[-1].epoch
 
     def leader(self) -> CeleryProcess | None:
         """The beat process the lease names (by the pid in ``hostname:pid``)."""
@@ -145,9 +121,6 @@ class HaRig:
         with self.engine.connect() as conn:
             return set(conn.execute(select(schedules.c.epoch)).scalars())
 
-    def executed(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.ticks_file)
-
     def wait_ticks(self, count: int, after_ms: int = 0, timeout: float = 30) -> list[Record]:
         """Wait until every schedule has ``count`` enqueued ticks later than ``after_ms``."""
 
@@ -179,24 +152,18 @@ class HaRig:
         wanted = {r.task_id for r in enqueued}
         try:
             wait_until(
-                lambda: wanted <= {row["id"] for row in self.executed()},
+                lambda: wanted <= {row["id"] for row in self.rows()},
                 drain_timeout,
                 "the worker to execute every enqueued tick",
             )
         except AssertionError as exc:
-            missing = sorted(wanted - {row["id"] for row in self.executed()})
+            missing = sorted(wanted - {row["id"] for row in self.rows()})
             raise AssertionError(f"{exc}: {len(missing)} never ran: {missing[:10]}") from None
-        counts = Counter(row["id"] for row in self.executed())
+        counts = Counter(row["id"] for row in self.rows())
         doubles = {task_id: n for task_id, n in counts.items() if n > 1}
         assert not doubles, f"executed more than once: {doubles}"
         assert set(counts) <= wanted, "a task ran that was never enqueued"
         return enqueued
-
-    def assert_all_alive(self) -> None:
-        for proc in self.procs:
-            assert proc.proc.poll() is None, (
-                f"{proc.log_path.name} exited:\n{proc.output()[-3000:]}"
-            )
 
     def stop_beats(self) -> None:
         """Standbys first, then the leader, so no new leadership starts while stopping."""
@@ -207,8 +174,7 @@ class HaRig:
                 assert code == 0, f"{beat.log_path.name} exited {code}:\n{beat.output()[-3000:]}"
 
     def close(self) -> None:
-        for proc in self.procs:
-            proc.close()
+        super().close()
         self.store.close()
         if self._engine is not None:
             self._engine.dispose()
@@ -218,7 +184,7 @@ def every_second(*names: str) -> dict[str, Any]:
     """``@every 1s`` schedules whose missed ticks are backfilled (so an outage loses none)."""
     return {
         name: {
-            "task": "beatapp.record",
+            "task": "procapp.record",
             "schedule": "@every 1s",
             "missed": "backfill",
             "backfill_max": 100,
@@ -244,21 +210,6 @@ def lease_backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def make_rig(tmp_path: Path) -> Iterator[Any]:
-    rigs: list[HaRig] = []
-
-    def make(
-        store_url: str,
-        broker_url: str,
-        lease_url: str | None,
-        schedule: dict[str, Any],
-        ttl: float = 30.0,
-    ) -> HaRig:
-        workdir = tmp_path / f"rig-{uuid.uuid4().hex[:6]}"
-        workdir.mkdir()
-        rig = HaRig(workdir, store_url, broker_url, lease_url, schedule, ttl)
-        rigs.append(rig)
-        return rig
-
-    yield make
-    for rig in rigs:
-        rig.close()
+    """``make_rig(store_url, broker_url, lease_url, schedule, ttl=30.0)``: a HaRig of its own."""
+    with rig_factory(tmp_path, HaRig) as make:
+        yield make

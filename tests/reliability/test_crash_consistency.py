@@ -26,15 +26,15 @@ from pathlib import Path
 import pytest
 
 from celery_durable_beat.ids import tick_task_id
-from celery_durable_beat.store.sql import SqlStore
-from tests.support.guardrig import Rig, tick_headers
+from celery_durable_beat.model import Action
 from tests.support.procs import wait_until
+from tests.support.rig import ProcessRig, rig_factory, tick_headers
 
 pytestmark = pytest.mark.reliability
 
 SCHEDULES = {
     f"crash-{i:02d}": {
-        "task": "guardapp.record",
+        "task": "procapp.record",
         "schedule": "@every 1s",
         "missed": "backfill",
         "backfill_max": 1000,
@@ -69,26 +69,23 @@ class Figures:
 
 
 @pytest.fixture
-def rig(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Rig]:
-    made = Rig(tmp_path, pg_url, redis_url, BEAT_LEASE_TTL="2", BEAT_POLL="0.2")
-    yield made
-    made.close()
+def rig(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[ProcessRig]:
+    with rig_factory(tmp_path, ProcessRig) as make:
+        yield make(pg_url, redis_url, lease_ttl=2, poll=0.2)
 
 
-def one_trial(rig: Rig, rng: random.Random, mode: str, figures: Figures) -> None:
+def one_trial(rig: ProcessRig, rng: random.Random, mode: str, figures: Figures) -> None:
     """Start a beat, let it die (killed, or by the injected fault), leave it down a moment."""
     # mid_batch counts schedules, 50 a round: up to 100 reaches into a catch-up round's later
     # confirmed chunks (CONFIRM_EVERY); the others count rounds.
     nth = rng.randint(1, 100 if mode == "mid_batch" else 4)
-    env = {} if mode == "random" else {"DURABLE_BEAT_FAULT": f"{mode}:{nth}"}
-    beat = rig.beat(SCHEDULES, **env)
+    fault = None if mode == "random" else f"{mode}:{nth}"
+    beat = rig.beat(schedule=SCHEDULES, fault=fault)
     if mode == "random":
-        time.sleep(rng.uniform(0.3, 4.0))
+        time.sleep(rng.uniform(0.3, 4.0))  # the random kill instant: a parameter, not a wait
     else:
-        deadline = time.monotonic() + 30
-        while beat.proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-    alive = beat.proc.poll() is None
+        beat.wait_exit(30)  # the injected fault kills it; at the deadline the test does
+    alive = beat.alive()
     beat.signal(signal.SIGKILL)
     beat.kill()
     out = beat.output()
@@ -103,11 +100,14 @@ def one_trial(rig: Rig, rng: random.Random, mode: str, figures: Figures) -> None
     time.sleep(rng.uniform(0.0, 1.5))  # downtime: backfill catches up on restart
 
 
-def settle(rig: Rig) -> None:
+def settle(rig: ProcessRig) -> None:
     """A last beat runs normally and stops cleanly; then the worker drains everything."""
-    beat = rig.beat(SCHEDULES)
+    beat = rig.beat(schedule=SCHEDULES)
+    # Until it leads, the worker may still be draining earlier beats' ticks: counting from
+    # then, 100 runs could come before this beat has even started (and SIGTERM kill it).
+    beat.wait_action(Action.LEADERSHIP_GAINED.value, 30)
     seen = len(rig.rows("run"))
-    wait_until(lambda: len(rig.rows("run")) >= seen + 100, 90, "ticks after the last restart")
+    rig.wait_rows(seen + 100, 90, "run")
     assert beat.stop() == 0, beat.output()[-3000:]
     stable: list[int] = []
 
@@ -118,7 +118,7 @@ def settle(rig: Rig) -> None:
     wait_until(quiet, 120, "the worker to drain the queue")
 
 
-def evidence(rig: Rig, figures: Figures) -> Figures:
+def evidence(rig: ProcessRig, figures: Figures) -> Figures:
     runs = rig.rows("run")
     per_id = Counter(r["id"] for r in runs)
     figures.executions = len(runs)
@@ -137,21 +137,14 @@ def evidence(rig: Rig, figures: Figures) -> Figures:
         missing = sorted(set(range(ordered[0], ordered[-1] + 1, 1000)) - ticks)
         if missing:
             figures.gaps.append(f"{name}: {len(missing)} missing, first {missing[0]}")
-    store = SqlStore(rig.pg_url)
-    try:
-        enqueued = {
-            e.task_id
-            for name in SCHEDULES
-            for e in store.history(name, 100)
-            if e.outcome.value == "enqueued"
-        }
-    finally:
-        store.close()
+    enqueued = {
+        e.task_id for name in SCHEDULES for e in rig.history(name) if e.outcome.value == "enqueued"
+    }
     figures.enqueued_not_executed = len(enqueued - set(per_id))
     return figures
 
 
-def prove(rig: Rig, kills: int, seed: int, tmp_path: Path) -> Figures:
+def prove(rig: ProcessRig, kills: int, seed: int, tmp_path: Path) -> Figures:
     started = time.monotonic()
     rng = random.Random(seed)
     rig.worker("prefork", 4)
@@ -174,7 +167,9 @@ def prove(rig: Rig, kills: int, seed: int, tmp_path: Path) -> Figures:
 
 
 @pytest.mark.timeout(600)
-def test_kill_9_at_any_point_executes_every_tick_exactly_once(rig: Rig, tmp_path: Path) -> None:
+def test_kill_9_at_any_point_executes_every_tick_exactly_once(
+    rig: ProcessRig, tmp_path: Path
+) -> None:
     figures = prove(rig, kills=12, seed=20261130, tmp_path=tmp_path)
     assert figures.kills == 12
     assert set(figures.kills_injected) == set(MODES) - {"random"}
@@ -182,13 +177,13 @@ def test_kill_9_at_any_point_executes_every_tick_exactly_once(rig: Rig, tmp_path
 
 @pytest.mark.slow
 @pytest.mark.timeout(4 * 3600)
-def test_full_proof_200_kills(rig: Rig, tmp_path: Path) -> None:
+def test_full_proof_200_kills(rig: ProcessRig, tmp_path: Path) -> None:
     figures = prove(rig, kills=200, seed=int(time.time()), tmp_path=tmp_path)
     assert figures.kills >= 200
 
 
 @pytest.mark.timeout(300)
-def test_two_workers_given_the_same_tick_at_once_execute_it_once(rig: Rig) -> None:
+def test_two_workers_given_the_same_tick_at_once_execute_it_once(rig: ProcessRig) -> None:
     rig.worker("solo", 1)
     rig.worker("solo", 1)
     pairs = 12
@@ -196,7 +191,7 @@ def test_two_workers_given_the_same_tick_at_once_execute_it_once(rig: Rig) -> No
         task_id = tick_task_id("pair", T0 + i * 1000)
         headers = tick_headers("pair", T0 + i * 1000)
         for _ in range(2):  # the same tick twice, back to back: one message per idle worker
-            rig.send("guardapp.late_sleepy", task_id, headers, args=(0.3,))
+            rig.send("procapp.late_sleepy", task_id, headers, args=(0.3,))
         wait_until(rig.drained, 20, "both deliveries handled")
         time.sleep(0.3)
     wait_until(lambda: len(rig.rows("end")) == pairs, 30, "every tick executed")

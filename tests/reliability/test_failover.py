@@ -42,7 +42,7 @@ def _first_with_newer_epoch(rig: HaRig, epoch: int, timeout: float) -> Record:
 
 def test_three_beats_dispatch_every_tick_exactly_once(rig_for: Any) -> None:
     rig = rig_for(every_second("alpha", "beta", "gamma"))
-    rig.worker()
+    rig.worker(ready=False)
     beats = [rig.beat(f"beat-{i}") for i in range(3)]
     rig.wait_leader()
     first = min(r.tick_ms for r in rig.wait_ticks(1))
@@ -62,11 +62,7 @@ def test_three_beats_dispatch_every_tick_exactly_once(rig_for: Any) -> None:
 def test_sigterm_hands_over_to_a_standby_within_2s(rig_for: Any) -> None:
     # A 30 s TTL: only the release on SIGTERM can explain a handover this fast.
     rig = rig_for(every_second("s"))
-    rig.worker()
-    rig.beat("beat-a")
-    rig.beat("beat-b")
-    old = rig.wait_leader()
-    old_epoch = rig.wait_ticks(3)[-1].epoch
+    old, old_epoch = rig.start_leader_and_standby()
     sigterm_at = rig.wait_mid_second()
     assert old.stop() == 0, old.output()[-3000:]
     first_new = _first_with_newer_epoch(rig, old_epoch, 10)
@@ -81,11 +77,7 @@ def test_sigterm_hands_over_to_a_standby_within_2s(rig_for: Any) -> None:
 def test_kill_9_takeover_within_ttl_plus_1s_and_the_outage_is_backfilled(rig_for: Any) -> None:
     ttl = 5.0
     rig = rig_for(every_second("s"), ttl=ttl)
-    rig.worker()
-    rig.beat("beat-a")
-    rig.beat("beat-b")
-    old = rig.wait_leader()
-    old_epoch = rig.wait_ticks(3)[-1].epoch
+    old, old_epoch = rig.start_leader_and_standby()
     killed_at = rig.wait_mid_second()
     old.kill()
     first_new = _first_with_newer_epoch(rig, old_epoch, ttl + 10)
@@ -104,11 +96,7 @@ def test_kill_9_takeover_within_ttl_plus_1s_and_the_outage_is_backfilled(rig_for
 def test_a_stopped_leader_that_wakes_up_is_fenced_out_and_stands_by(rig_for: Any) -> None:
     ttl = 3.0
     rig = rig_for(every_second("s"), ttl=ttl)
-    rig.worker()
-    rig.beat("beat-a")
-    rig.beat("beat-b")
-    old = rig.wait_leader()
-    old_epoch = rig.wait_ticks(3)[-1].epoch
+    old, old_epoch = rig.start_leader_and_standby()
     stopped_at = rig.wait_mid_second()
     old.signal(signal.SIGSTOP)
     try:
@@ -117,7 +105,7 @@ def test_a_stopped_leader_that_wakes_up_is_fenced_out_and_stands_by(rig_for: Any
     finally:
         old.signal(signal.SIGCONT)
     woke_at = rig.store.now_ms()
-    wait_until(lambda: "leadership lost" in old.output(), 10, "the old leader to notice")
+    old.wait_for("leadership lost", 10)  # the old leader noticed
     rig.wait_ticks(3, after_ms=woke_at)
     assert old.proc.poll() is None, "the old leader exited instead of standing by"
     assert old.output().count("leadership lost") == 1

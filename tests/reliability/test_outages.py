@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.reliability.conftest import HaRig, every_second
-from tests.support.procs import ThrowawayRedis, wait_until
+from celery_durable_beat.model import Action
+from tests.reliability.conftest import every_second
+from tests.support.procs import CeleryProcess, ThrowawayRedis
 from tests.support.servers import PersistentRedis, ThrowawayPostgres
 
 pytestmark = pytest.mark.reliability
@@ -42,9 +43,10 @@ def cluster_db(cluster: ThrowawayPostgres) -> str:
     return cluster.create_database(f"dbt_{uuid.uuid4().hex[:16]}")
 
 
-def _hold_outage(rig: HaRig, leader_log: Any, since: float) -> None:
-    """Wait until the leader has noticed the outage, and until the outage has lasted OUTAGE_S."""
-    wait_until(lambda: "round failed" in leader_log(), 20, "the leader to notice the outage")
+def _hold_outage(leader: CeleryProcess, since: float) -> None:
+    """Wait until the leader has noticed the outage (a failed round is logged with this action),
+    and until the outage has lasted OUTAGE_S."""
+    leader.wait_action(Action.STORE_UNAVAILABLE.value, 20)
     # The outage's length is the test's parameter, not something to poll for.
     time.sleep(max(0.0, since + OUTAGE_S - time.monotonic()))
 
@@ -68,16 +70,12 @@ def test_postgresql_restart_loses_no_tick_and_no_beat_exits(
 ) -> None:
     lease_url = private_redis if lease_backend == "redis" else None
     rig = make_rig(cluster_db, private_redis, lease_url, every_second("s"), TTL)
-    rig.worker()
-    rig.beat("beat-a")
-    rig.beat("beat-b")
-    leader = rig.wait_leader()
-    rig.wait_ticks(3)
+    leader, _ = rig.start_leader_and_standby()
     down_at = rig.wait_mid_second()
     since = time.monotonic()
     cluster.stop()
     try:
-        _hold_outage(rig, leader.output, since)
+        _hold_outage(leader, since)
         rig.assert_all_alive()
     finally:
         up_at = _host_ms()  # the cluster runs on this host: its clock is the store's
@@ -99,17 +97,13 @@ def test_redis_restart_loses_no_tick_and_no_beat_exits(
         server.start()
     try:
         rig = make_rig(pg_url, broker.url, lease.url if lease else None, every_second("s"), TTL)
-        rig.worker()
-        rig.beat("beat-a")
-        rig.beat("beat-b")
-        leader = rig.wait_leader()
-        epoch_before = rig.wait_ticks(3)[-1].epoch
+        leader, epoch_before = rig.start_leader_and_standby()
         down_at = rig.wait_mid_second()
         since = time.monotonic()
         for server in servers:
             server.stop()
         try:
-            _hold_outage(rig, leader.output, since)
+            _hold_outage(leader, since)
             rig.assert_all_alive()
         finally:
             up_at = rig.store.now_ms()

@@ -1,7 +1,10 @@
-"""Real processes for the tests: celery beat and worker, throwaway servers, deadline polls."""
+"""Real processes for the tests: one celery process, throwaway servers, deadline polls.
+
+``tests/support/rig.py`` builds the beat and worker processes of the tests on these."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -37,14 +40,22 @@ def free_port() -> int:
 
 
 class CeleryProcess:
-    """``python -m celery -A <module> ...`` with its output in a file we can read while it runs."""
+    """``python -m celery -A <module> ...`` with its output in a file we can read while it runs,
+    and its structured log records (``ACTIONS_FILE``, written by ``tests/support/procapp.py``)."""
 
     def __init__(
         self, workdir: Path, module: str, args: list[str], env: Mapping[str, str], name: str
     ) -> None:
+        self.name = name
         self.log_path = workdir / f"{name}.log"
+        self.actions_path = workdir / f"{name}.actions.jsonl"
         self._log = self.log_path.open("w")
-        full_env = {**os.environ, **env, "PYTHONPATH": f"{workdir}{os.pathsep}{REPO}"}
+        full_env = {
+            **os.environ,
+            **env,
+            "ACTIONS_FILE": str(self.actions_path),
+            "PYTHONPATH": f"{workdir}{os.pathsep}{REPO}",
+        }
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", module, *args],
             cwd=workdir,
@@ -56,6 +67,36 @@ class CeleryProcess:
 
     def output(self) -> str:
         return self.log_path.read_text(errors="replace")
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        """Until ``text`` is in the output (a deadline poll); the output."""
+        return wait_until(
+            lambda: text in (out := self.output()) and out, timeout, f"{text!r} in {self.name}"
+        )
+
+    def actions(self, action: str | None = None) -> list[dict[str, Any]]:
+        """The log records with an ``action`` key (that one only, if named), oldest first."""
+        rows = read_jsonl(self.actions_path)
+        return [r for r in rows if action is None or r["action"] == action]
+
+    def wait_action(self, action: str, timeout: float) -> list[dict[str, Any]]:
+        """Until the process has logged ``action`` (a deadline poll); its records of it."""
+        return wait_until(lambda: self.actions(action), timeout, f"{action} in {self.name}")
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """The exit code once the process ends by itself, or None when it still runs at the
+        deadline."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def tail(self, chars: int = 3000) -> str:
+        """The end of the output, for assertion messages."""
+        return f"{self.log_path.name}:\n{self.output()[-chars:]}"
 
     def signal(self, sig: int) -> None:
         if self.proc.poll() is None:
@@ -131,8 +172,7 @@ class ThrowawayRedis:
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    import json
-
+    """The JSON lines of ``path`` so far; none when the file does not exist yet."""
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -1,14 +1,21 @@
-"""The Celery app of the worker-side tests: ``install(app)`` and tasks that log what they did.
+"""The one Celery app every process test runs, as ``celery beat`` and as ``celery worker``.
 
-Environment: ``BEAT_BROKER``, ``DURABLE_BEAT_URL``, ``BEAT_SCHEDULE`` (JSON of beat_schedule),
-``TICKS_FILE`` (one JSON line per execution), ``RECEIPTS_FILE`` (one JSON line per message the
-worker received, written by its main process), ``GUARD_RUN_TTL``, ``BEAT_LEASE_URL``,
-``BEAT_LEASE_TTL``, ``BEAT_POLL``, ``VISIBILITY_TIMEOUT``, ``GUARD_OFF`` (no ``install``).
+All of its configuration comes from the environment, written by ``tests/support/rig.py``
+(``app_env``), so one module serves the beat tests (guard off: every delivery executes, so a test
+sees exactly what beat sent) and the worker tests (``install(app)``, tasks that log what they did):
+
+``BEAT_BROKER``, ``DURABLE_BEAT_URL`` (read by the product itself), ``BEAT_SCHEDULE`` (JSON of
+beat_schedule), ``BEAT_LEASE_URL``, ``BEAT_LEASE_TTL``, ``BEAT_POLL``, ``GUARD`` (``0``: no
+``install(app)``; by default the app calls it), ``GUARD_RUN_TTL``, ``VISIBILITY_TIMEOUT``; and
+the evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE`` (one JSON
+line per message the worker's main process received), ``ACTIONS_FILE`` (one JSON line per log
+record that carries an ``action``: the stable vocabulary tests wait on instead of prose).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import time
@@ -18,13 +25,15 @@ from celery import Celery, Task, signals
 
 from celery_durable_beat import install, periodic_origin
 
-app = Celery("guardapp", broker=os.environ["BEAT_BROKER"])
+HEADERS = ("periodic_schedule", "periodic_tick_ms", "periodic_trigger")
+
+app = Celery("procapp", broker=os.environ["BEAT_BROKER"])
 app.conf.update(
     task_ignore_result=True,
     timezone="UTC",
     beat_schedule=json.loads(os.environ.get("BEAT_SCHEDULE", "{}")),
     durable_beat_poll_interval=float(os.environ.get("BEAT_POLL", "0.2")),
-    durable_beat_lease_ttl=float(os.environ.get("BEAT_LEASE_TTL", "3")),
+    durable_beat_lease_ttl=float(os.environ.get("BEAT_LEASE_TTL", "30")),
     durable_beat_run_ttl=float(os.environ.get("GUARD_RUN_TTL", "60")),
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
@@ -38,7 +47,7 @@ if os.environ.get("VISIBILITY_TIMEOUT"):
         "unacked_restore_interval": 1,
         "unacked_restore_throttle": 1,
     }
-if not os.environ.get("GUARD_OFF"):
+if os.environ.get("GUARD", "1") != "0":
     install(app)
 
 
@@ -46,7 +55,7 @@ def _append(path_env: str, row: dict[str, Any]) -> None:
     path = os.environ.get(path_env)
     if not path:
         return
-    line = (json.dumps(row) + "\n").encode()
+    line = (json.dumps(row, default=str) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)  # one write of a short line with O_APPEND: lines never interleave
@@ -54,7 +63,24 @@ def _append(path_env: str, row: dict[str, Any]) -> None:
         os.close(fd)
 
 
+class ActionLog(logging.Handler):
+    """Every record with an ``action`` (beat's and the guard's), as a JSON line in ACTIONS_FILE."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        action = getattr(record, "action", None)
+        if action is not None:
+            _append(
+                "ACTIONS_FILE",
+                {"action": action, "message": record.getMessage(), "pid": os.getpid()},
+            )
+
+
+logging.getLogger("celery_durable_beat").addHandler(ActionLog())
+
+
 def _row(task: Any, event: str, **extra: Any) -> dict[str, Any]:
+    """The raw tick headers as the request carries them, and what ``periodic_origin`` makes of
+    them: beat tests check the former, worker tests the latter."""
     origin = periodic_origin(task.request)
     return {
         "event": event,
@@ -63,6 +89,7 @@ def _row(task: Any, event: str, **extra: Any) -> dict[str, Any]:
         "host": socket.gethostname(),
         "retries": task.request.retries,
         "t": time.time(),
+        "headers": {k: getattr(task.request, k, None) for k in HEADERS},
         "schedule": origin.schedule if origin else None,
         "tick_ms": origin.tick_ms if origin else None,
         "tick": origin.tick.isoformat() if origin else None,
@@ -76,33 +103,33 @@ def _received(request: Any = None, **_: Any) -> None:
     _append("RECEIPTS_FILE", {"id": request.id, "pid": os.getpid(), "t": time.time()})
 
 
-@app.task(name="guardapp.record", bind=True)
+@app.task(name="procapp.record", bind=True)
 def record(self: Any, *args: Any, **kwargs: Any) -> None:
-    _append("TICKS_FILE", _row(self, "run", args=list(args)))
+    _append("TICKS_FILE", _row(self, "run", args=list(args), kwargs=kwargs))
 
 
-@app.task(name="guardapp.sleepy", bind=True)
+@app.task(name="procapp.sleepy", bind=True)
 def sleepy(self: Any, seconds: float = 1.0) -> None:
     _append("TICKS_FILE", _row(self, "start"))
     time.sleep(seconds)
     _append("TICKS_FILE", _row(self, "end"))
 
 
-@app.task(name="guardapp.late_sleepy", bind=True, acks_late=True)
+@app.task(name="procapp.late_sleepy", bind=True, acks_late=True)
 def late_sleepy(self: Any, seconds: float = 1.0) -> None:
     _append("TICKS_FILE", _row(self, "start"))
     time.sleep(seconds)
     _append("TICKS_FILE", _row(self, "end"))
 
 
-@app.task(name="guardapp.flaky", bind=True, max_retries=5)
+@app.task(name="procapp.flaky", bind=True, max_retries=5)
 def flaky(self: Any, fails: int = 2, countdown: float = 0.2) -> None:
     _append("TICKS_FILE", _row(self, "run"))
     if self.request.retries < fails:
         raise self.retry(countdown=countdown)
 
 
-@app.task(name="guardapp.broken", bind=True)
+@app.task(name="procapp.broken", bind=True)
 def broken(self: Any) -> None:
     _append("TICKS_FILE", _row(self, "run"))
     raise RuntimeError("this task always fails")
@@ -115,6 +142,6 @@ class PlainBase(Task):  # type: ignore[misc]
         _append("TICKS_FILE", {"event": "user_before_start", "id": task_id})
 
 
-@app.task(name="guardapp.custom_base", bind=True, base=PlainBase)
+@app.task(name="procapp.custom_base", bind=True, base=PlainBase)
 def custom_base(self: Any) -> None:
     _append("TICKS_FILE", _row(self, "run"))
