@@ -2,7 +2,9 @@
 
 ``celery.schedules.crontab`` and ``celery.schedules.schedule`` are translated into the plain
 values the pure validator understands; ``solar`` and custom schedule classes are refused with a
-message that says what to use instead.
+message that says what to use instead. A ``crontab`` becomes cron fields that keep Celery's
+meaning: both day fields must match (SPEC §5), which no cron string can say when both are
+restricted, so it travels as :class:`~celery_durable_beat.schedules.spec.CronFields`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from celery.schedules import crontab, schedule, solar
 
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem
 from celery_durable_beat.model import Definition
+from celery_durable_beat.schedules.spec import CronFields, DayRule
 from celery_durable_beat.schedules.validate import EntryDefaults, validate_entries
 from celery_durable_beat.settings import Settings
 
@@ -53,7 +56,7 @@ def definitions_from_app(app: Any, settings: Settings) -> list[Definition]:
 
 
 def translate_entry(name: str, entry: Any) -> Any:
-    """A copy of the entry whose Celery schedule object became a cron string or seconds."""
+    """A copy of the entry whose Celery schedule object became cron fields or seconds."""
     if not isinstance(entry, Mapping) or "schedule" not in entry:
         return entry
     value = entry["schedule"]
@@ -68,7 +71,7 @@ def translate_entry(name: str, entry: Any) -> Any:
             ]
         )
     if type(value) is crontab:  # a subclass may compute its own times: refused below
-        return {**entry, "schedule": crontab_to_cron(value)}
+        return {**entry, "schedule": CronFields(crontab_fields(value), DayRule.BOTH)}
     if type(value) is schedule:
         return {**entry, "schedule": value.run_every.total_seconds()}
     if isinstance(value, (schedule, crontab)) or (
@@ -90,9 +93,9 @@ def translate_entry(name: str, entry: Any) -> Any:
     return entry
 
 
-def crontab_to_cron(value: crontab) -> str:
-    """The 5-field cron string of a ``crontab`` (fields exactly as the user wrote them)."""
-    return " ".join(_field(getattr(value, attr)) for attr in _CRONTAB_FIELDS)
+def crontab_fields(value: crontab) -> tuple[str, ...]:
+    """The 5 cron fields of a ``crontab``, exactly as the user wrote them."""
+    return tuple(_field(getattr(value, attr)) for attr in _CRONTAB_FIELDS)
 
 
 def _field(value: Any) -> str:
