@@ -67,8 +67,12 @@ def crontab5_day_rule(fields: tuple[str, ...]) -> DayRule:
 def legacy_day_rule(fields: tuple[str, ...]) -> DayRule:
     """The rule croniter applied before specs carried one: OR unless it expanded a field to all.
 
-    Only for reading definitions stored without a rule; never for reading new config.
+    Only for reading definitions stored without a rule; never for reading new config. A field
+    written ``*`` (or ``?``) is always "all" to croniter, which answers the common shapes without
+    expanding anything: loading thousands of stored rows stays cheap.
     """
+    if any(fields[i] in ("*", "?") for i in (_DOM, _DOW)):
+        return DayRule.BOTH
     expanded = croniter(
         " ".join(fields), datetime(2000, 1, 1), second_at_beginning=len(fields) == 6
     ).expanded

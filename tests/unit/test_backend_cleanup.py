@@ -79,6 +79,7 @@ def test_it_is_listed_and_fires_at_four_in_the_apps_zone(tmp_path: Path) -> None
     with FrozenBeat(app, start="2026-07-01T00:00:00Z") as beat:
         row = beat.store.get(CLEANUP)
         assert row is not None and row.source.value == "config"
+        assert CLEANUP in {r.name for r in beat.store.list_schedules()}  # what `list` reads
         ticks = [t for t in beat.advance(timedelta(days=2)) if t.schedule == CLEANUP]
     assert [t.tick.isoformat() for t in ticks] == [
         "2026-07-01T02:00:00+00:00",  # 04:00 CEST
