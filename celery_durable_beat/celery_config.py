@@ -2,7 +2,9 @@
 
 ``celery.schedules.crontab`` and ``celery.schedules.schedule`` are translated into the plain
 values the pure validator understands; ``solar`` and custom schedule classes are refused with a
-message that says what to use instead.
+message that says what to use instead. A ``crontab`` becomes cron fields that keep Celery's
+meaning: both day fields must match (SPEC §5), which no cron string can say when both are
+restricted, so it travels as :class:`~celery_durable_beat.schedules.spec.CronFields`.
 """
 
 from __future__ import annotations
@@ -10,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from celery.backends.base import DisabledBackend
 from celery.schedules import crontab, schedule, solar
 
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem
+from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Definition
+from celery_durable_beat.schedules.spec import CronFields, DayRule
 from celery_durable_beat.schedules.validate import EntryDefaults, validate_entries
 from celery_durable_beat.settings import Settings
 
@@ -24,6 +29,8 @@ _CRONTAB_FIELDS = (
     "_orig_month_of_year",
     "_orig_day_of_week",
 )
+BACKEND_CLEANUP = "celery.backend_cleanup"
+"""The name (and task) of Celery's own result-cleanup entry."""
 
 
 def app_defaults(app: Any, settings: Settings) -> EntryDefaults:
@@ -38,7 +45,7 @@ def definitions_from_app(app: Any, settings: Settings) -> list[Definition]:
         raise ConfigError([ConfigProblem("beat_schedule", "beat_schedule", "is not a dict")])
     translated: dict[str, Any] = {}
     problems: list[ConfigProblem] = []
-    for name, entry in raw.items():
+    for name, entry in {**raw, **default_entries(app, raw)}.items():
         try:
             translated[name] = translate_entry(name, entry)
         except ConfigError as exc:
@@ -52,8 +59,33 @@ def definitions_from_app(app: Any, settings: Settings) -> list[Definition]:
     return definitions
 
 
+def default_entries(app: Any, beat_schedule: Mapping[Any, Any]) -> dict[str, Any]:
+    """The entries stock beat adds by itself (``Scheduler.install_default_entries``).
+
+    ``celery.backend_cleanup``, daily at 04:00 in the app's zone, when ``result_expires`` is set
+    and the result backend does not expire results itself (a database backend, say): without it
+    a team switching from stock beat would silently stop cleaning results. Unlike stock beat,
+    not for the disabled backend, which stores nothing to clean. An entry of that name in
+    ``beat_schedule`` wins, as in stock beat.
+    """
+    names = {name_key(name) for name in beat_schedule if isinstance(name, str)}
+    if name_key(BACKEND_CLEANUP) in names or not app.conf.result_expires:
+        return {}
+    backend = app.backend
+    if backend.supports_autoexpire or isinstance(backend, DisabledBackend):
+        return {}
+    return {
+        BACKEND_CLEANUP: {
+            "task": BACKEND_CLEANUP,
+            "schedule": crontab("0", "4", "*"),
+            "options": {"expires": 12 * 3600},
+            "description": "Celery's expired-results cleanup, added as stock beat adds it",
+        }
+    }
+
+
 def translate_entry(name: str, entry: Any) -> Any:
-    """A copy of the entry whose Celery schedule object became a cron string or seconds."""
+    """A copy of the entry whose Celery schedule object became cron fields or seconds."""
     if not isinstance(entry, Mapping) or "schedule" not in entry:
         return entry
     value = entry["schedule"]
@@ -68,7 +100,7 @@ def translate_entry(name: str, entry: Any) -> Any:
             ]
         )
     if type(value) is crontab:  # a subclass may compute its own times: refused below
-        return {**entry, "schedule": crontab_to_cron(value)}
+        return {**entry, "schedule": CronFields(crontab_fields(value), DayRule.BOTH)}
     if type(value) is schedule:
         return {**entry, "schedule": value.run_every.total_seconds()}
     if isinstance(value, (schedule, crontab)) or (
@@ -90,9 +122,9 @@ def translate_entry(name: str, entry: Any) -> Any:
     return entry
 
 
-def crontab_to_cron(value: crontab) -> str:
-    """The 5-field cron string of a ``crontab`` (fields exactly as the user wrote them)."""
-    return " ".join(_field(getattr(value, attr)) for attr in _CRONTAB_FIELDS)
+def crontab_fields(value: crontab) -> tuple[str, ...]:
+    """The 5 cron fields of a ``crontab``, exactly as the user wrote them."""
+    return tuple(_field(getattr(value, attr)) for attr in _CRONTAB_FIELDS)
 
 
 def _field(value: Any) -> str:

@@ -7,7 +7,9 @@ from celery_durable_beat.schedules.occurrences import (
     ticks_between,
 )
 from celery_durable_beat.schedules.spec import (
+    CronFields,
     CronSpec,
+    DayRule,
     IntervalSpec,
     ParsedSchedule,
     ScheduleSpec,
@@ -17,7 +19,9 @@ from celery_durable_beat.schedules.spec import (
 
 __all__ = [
     "MAX_ENUMERATION",
+    "CronFields",
     "CronSpec",
+    "DayRule",
     "IntervalSpec",
     "ParsedSchedule",
     "ScheduleSpec",

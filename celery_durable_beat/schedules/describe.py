@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, ScheduleSpec
+from celery_durable_beat.schedules.spec import CronSpec, DayRule, IntervalSpec, ScheduleSpec
 
 WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
 MONTHS = (
@@ -177,7 +177,12 @@ def _describe_cron(spec: CronSpec) -> str:
     minute, hour, dom, month, dow = spec.fields[-5:]
     fixed = _fixed_times(second, _parse(minute, 0, 59), _parse(hour, 0, 23))
     time = fixed or _time_words(second, _parse(minute, 0, 59), _parse(hour, 0, 23))
-    days = _day_words(_parse(dom, 1, 31), _parse(month, 1, 12, _MONTH_NAMES), _weekdays(dow))
+    days = _day_words(
+        _parse(dom, 1, 31),
+        _parse(month, 1, 12, _MONTH_NAMES),
+        _weekdays(dow),
+        both=spec.day_rule is DayRule.BOTH,
+    )
     if not days and fixed:
         days = "every day"
     return " ".join(part for part in (time, days) if part)
@@ -243,8 +248,16 @@ def _hour_words(hour: _Field, minute: _Field) -> str:
     return f"during {label} {_numbers(hour.values)}"
 
 
-def _day_words(dom: _Field, month: _Field, dow: _Field) -> str:
-    """The days part; day of month and weekday combine with "or", as in classic cron."""
+def _weekday_words(dow: _Field, condition: bool) -> str:
+    """``on Friday``; as a condition on days of the month, ``if it is a Friday``."""
+    named = _named(dow.values, WEEKDAYS)
+    if not condition:
+        return f"on {named}"
+    return f"if it is a {named}" if len(dow.values) == 1 else f"if it falls on {named}"
+
+
+def _day_words(dom: _Field, month: _Field, dow: _Field, both: bool) -> str:
+    """The days part; day of month and weekday combine as the spec's day rule says."""
     if dow.any and len(dom.values) == 1 and len(month.values) == 1:
         return f"on {MONTHS[month.values[0] - 1]} {dom.values[0]}"
     months = "" if month.any else f"in {_named(month.values, MONTHS, offset=1)}"
@@ -253,7 +266,8 @@ def _day_words(dom: _Field, month: _Field, dow: _Field) -> str:
         label = "day" if len(dom.values) == 1 else "days"
         choices.append(f"on {label} {_numbers(dom.values)} of the month")
     if not dow.any:
-        choices.append(f"on {_named(dow.values, WEEKDAYS)}")
+        choices.append(_weekday_words(dow, condition=both and bool(choices)))
     if not choices:
         return months
-    return " ".join(part for part in (" or ".join(choices), months) if part)
+    joined = " ".join(choices) if both else " or ".join(choices)
+    return " ".join(part for part in (joined, months) if part)

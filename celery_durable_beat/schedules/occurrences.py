@@ -1,7 +1,9 @@
 """The occurrence engine: the ticks of a spec, in UTC epoch milliseconds.
 
 Intervals are arithmetic on the epoch. Cron specs walk matching wall times with croniter and map
-them to instants with the rules written down in :mod:`celery_durable_beat.schedules.dst`. Every
+them to instants with the rules written down in :mod:`celery_durable_beat.schedules.dst`. The
+spec's :class:`~celery_durable_beat.schedules.spec.DayRule` is given to croniter explicitly
+(``day_or``), never left to croniter's own reading of the day fields. Every
 search is bounded: past ``MAX_STEPS`` candidates (or croniter's own horizon) it raises
 :class:`~celery_durable_beat.exceptions.OccurrenceSearchError` instead of looping.
 """
@@ -9,6 +11,7 @@ search is bounded: past ``MAX_STEPS`` candidates (or croniter's own horizon) it 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -24,7 +27,7 @@ from celery_durable_beat.schedules.dst import (
     wall_of,
     zone,
 )
-from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, ScheduleSpec
+from celery_durable_beat.schedules.spec import CronSpec, DayRule, IntervalSpec, ScheduleSpec
 
 MAX_STEPS = 10_000
 """Most wall-time candidates one next-tick search examines."""
@@ -73,28 +76,58 @@ _MATCHER_CACHE_SIZE = 1024
 _local = threading.local()
 
 
-def _matcher(expr: str, with_seconds: bool) -> croniter:
-    """A parsed croniter for ``expr``, cached per thread.
+def _matcher(spec: CronSpec) -> croniter:
+    """A parsed croniter for ``spec``, cached per thread.
 
     A croniter object carries its current position, which ``_next_wall`` moves with
     ``set_current``; one object shared between threads (a web API thread pool, say) hands one
     thread the position another thread set, i.e. a wrong tick.
     """
-    cache: dict[tuple[str, bool], croniter] | None = getattr(_local, "matchers", None)
+    cache: dict[tuple[tuple[str, ...], DayRule], croniter] | None = getattr(
+        _local, "matchers", None
+    )
     if cache is None:
         cache = _local.matchers = {}
-    found = cache.get((expr, with_seconds))
+    key = (spec.fields, spec.day_rule)
+    found = cache.get(key)
     if found is None:
         if len(cache) >= _MATCHER_CACHE_SIZE:
             cache.clear()
-        found = croniter(expr, datetime(2000, 1, 1), second_at_beginning=with_seconds)
-        cache[(expr, with_seconds)] = found
+        found = _croniter_for(spec)
+        cache[key] = found
     return found
+
+
+def _croniter_for(spec: CronSpec) -> croniter:
+    """croniter told the day rule: ``day_or=False`` is an intersection, ``True`` a union.
+
+    croniter unites the two day fields only while neither expands to "every day"; a union with
+    a field that does match every day (``1-31``, ``0-6``) is every day, so those fields are
+    handed over as ``*``.
+    """
+    either = spec.day_rule is DayRule.EITHER
+    found = croniter(
+        spec.expr, datetime(2000, 1, 1), second_at_beginning=spec.has_seconds, day_or=either
+    )
+    if either and _matches_every_day(found.expanded[2], found.expanded[4]):
+        fields = list(spec.fields)
+        fields[-3] = fields[-1] = "*"
+        found = croniter(
+            " ".join(fields), datetime(2000, 1, 1), second_at_beginning=spec.has_seconds
+        )
+    return found
+
+
+def _matches_every_day(dom: Sequence[object], dow: Sequence[object]) -> bool:
+    """Whether croniter's expanded day-of-month or day-of-week list alone is every day."""
+    every_dom = dom == ["*"] or set(range(1, 32)) <= set(dom)
+    every_dow = dow == ["*"] or {v % 7 for v in dow if isinstance(v, int)} == set(range(7))
+    return every_dom or every_dow
 
 
 def _next_wall(spec: CronSpec, wall: datetime) -> datetime:
     """The first matching wall time strictly after ``wall`` (naive, whole seconds)."""
-    it = _matcher(spec.expr, spec.has_seconds)
+    it = _matcher(spec)
     it.set_current(wall, force=True)
     try:
         found: datetime = it.get_next(datetime)

@@ -3,6 +3,14 @@
 Two kinds exist. A cron spec matches fields on the wall clock of its zone; an interval spec
 fires every ``every_ms`` milliseconds aligned to the Unix epoch in UTC, so tick identities do not
 depend on when a beat process started.
+
+How the day-of-month and day-of-week fields combine is part of a cron spec (:class:`DayRule`),
+because the same five fields mean different days to different schedulers (SPEC §5): a Celery
+``crontab`` needs both to match; a cron string follows crontab(5), where a day matching either
+fires when both fields are restricted (neither starts with ``*``), and both must match otherwise.
+The rule is decided once, when the schedule is read, and stored with the spec: a definition
+stored before the rule existed is read the way croniter read it then (:func:`legacy_day_rule`),
+so no stored schedule changes meaning by an upgrade alone.
 """
 
 from __future__ import annotations
@@ -10,7 +18,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from enum import Enum
+from functools import lru_cache
 from typing import Any
 
 from croniter import croniter
@@ -32,15 +42,65 @@ _RANDOM_FIELD = re.compile(r"[hr](\(\d+-\d+\))?(/\d+)?", re.IGNORECASE)
 """croniter's ``R``/``H`` fields: drawn per croniter object, so tick ids would differ by process."""
 
 
+class DayRule(str, Enum):
+    """How a cron spec's day-of-month and day-of-week fields combine."""
+
+    BOTH = "both"
+    """A day fires when it matches both fields (Celery's ``crontab``; crontab(5) with a ``*``)."""
+    EITHER = "either"
+    """A day fires when it matches either field (crontab(5) with both fields restricted)."""
+
+
+_DOM, _DOW = -3, -1
+"""Where the day-of-month and day-of-week fields are, counted from the end (5 or 6 fields)."""
+_DAY_FIELD, _DOW_FIELD = 2, 4
+"""croniter's indexes of the day fields in its ``expanded`` lists (5 and 6 fields alike)."""
+
+
+def crontab5_day_rule(fields: tuple[str, ...]) -> DayRule:
+    """crontab(5): OR only when neither day field starts with ``*`` (``?`` counts as ``*``)."""
+    starred = any(fields[i].startswith(("*", "?")) for i in (_DOM, _DOW))
+    return DayRule.BOTH if starred else DayRule.EITHER
+
+
+@lru_cache(maxsize=4096)
+def legacy_day_rule(fields: tuple[str, ...]) -> DayRule:
+    """The rule croniter applied before specs carried one: OR unless it expanded a field to all.
+
+    Only for reading definitions stored without a rule; never for reading new config. A field
+    written ``*`` (or ``?``) is always "all" to croniter, which answers the common shapes without
+    expanding anything: loading thousands of stored rows stays cheap.
+    """
+    if any(fields[i] in ("*", "?") for i in (_DOM, _DOW)):
+        return DayRule.BOTH
+    expanded = croniter(
+        " ".join(fields), datetime(2000, 1, 1), second_at_beginning=len(fields) == 6
+    ).expanded
+    whole = any(expanded[i] == ["*"] for i in (_DAY_FIELD, _DOW_FIELD))
+    return DayRule.BOTH if whole else DayRule.EITHER
+
+
 @dataclass(frozen=True)
 class CronSpec:
     """A cron expression read on the wall clock of ``tz``.
 
-    ``fields`` are 5 (minute first) or 6 (seconds first) whitespace-separated fields.
+    ``fields`` are 5 (minute first) or 6 (seconds first) whitespace-separated fields. ``days``
+    says how the two day fields combine; left out, it is crontab(5)'s rule for these fields, as
+    for a cron string.
     """
 
     fields: tuple[str, ...]
     tz: str = "UTC"
+    days: DayRule | None = None
+
+    def __post_init__(self) -> None:
+        if self.days is None:
+            object.__setattr__(self, "days", crontab5_day_rule(self.fields))
+
+    @property
+    def day_rule(self) -> DayRule:
+        """``days``, never None once constructed."""
+        return self.days or crontab5_day_rule(self.fields)
 
     @property
     def has_seconds(self) -> bool:
@@ -85,6 +145,18 @@ class SpecError(ValueError):
 
 
 @dataclass(frozen=True)
+class CronFields:
+    """Cron fields whose day rule is already decided: a Celery ``crontab``, translated.
+
+    The Celery edge hands this to :func:`parse_schedule` instead of a string, because no cron
+    string says "both day fields must match" when both are restricted.
+    """
+
+    fields: tuple[str, ...]
+    days: DayRule
+
+
+@dataclass(frozen=True)
 class ParsedSchedule:
     """A parsed ``schedule`` value; ``cron_tz`` is the zone of a ``CRON_TZ=`` prefix if any."""
 
@@ -105,6 +177,8 @@ def parse_schedule(value: object, tz: str = "UTC") -> ParsedSchedule:
         return ParsedSchedule(_interval_from_seconds(value.total_seconds()))
     if isinstance(value, str):
         return _parse_string(value.strip(), tz)
+    if isinstance(value, CronFields):
+        return ParsedSchedule(_parse_cron(value.fields, " ".join(value.fields), tz, value.days))
     raise SpecError(
         f"{type(value).__name__} is not a supported schedule; use a cron string, "
         "'@every 30s', a number of seconds, a timedelta, crontab() or schedule()"
@@ -130,6 +204,13 @@ def _parse_string(text: str, tz: str) -> ParsedSchedule:
             raise SpecError("an interval is aligned to the Unix epoch in UTC; remove CRON_TZ=")
         return ParsedSchedule(_parse_every(text))
     fields = tuple(NICKNAMES.get(text.lower(), text).split())
+    return ParsedSchedule(_parse_cron(fields, text, cron_tz or tz), cron_tz)
+
+
+def _parse_cron(
+    fields: tuple[str, ...], text: str, tz: str, days: DayRule | None = None
+) -> CronSpec:
+    """Check cron fields (``text`` is how the user wrote them, for messages)."""
     if len(fields) not in (5, 6):
         raise SpecError(
             f"{text!r} has {len(fields)} fields; a cron expression has 5 "
@@ -147,7 +228,7 @@ def _parse_string(text: str, tz: str) -> ParsedSchedule:
         )
     if not croniter.is_valid(" ".join(fields), second_at_beginning=len(fields) == 6):
         raise SpecError(f"{text!r} is not a valid cron expression; check each field's range")
-    return ParsedSchedule(CronSpec(fields, cron_tz or tz), cron_tz)
+    return CronSpec(fields, tz, days)
 
 
 def _equal_range(field: str) -> bool:
@@ -180,12 +261,20 @@ def _parse_every(text: str) -> IntervalSpec:
 def spec_to_json(spec: ScheduleSpec) -> dict[str, Any]:
     if isinstance(spec, IntervalSpec):
         return {"kind": "interval", "every_ms": spec.every_ms}
-    return {"kind": "cron", "fields": list(spec.fields), "tz": spec.tz}
+    data: dict[str, Any] = {"kind": "cron", "fields": list(spec.fields), "tz": spec.tz}
+    if spec.day_rule is not legacy_day_rule(spec.fields):
+        # Written only where it differs from how a stored row without it is read, so that the
+        # JSON (and the definition hash) of every schedule whose meaning did not change stays
+        # byte for byte what earlier releases stored: config sync sees "unchanged".
+        data["days"] = spec.day_rule.value
+    return data
 
 
 def spec_from_json(data: dict[str, Any]) -> ScheduleSpec:
     if data["kind"] == "interval":
         return IntervalSpec(int(data["every_ms"]))
     if data["kind"] == "cron":
-        return CronSpec(tuple(data["fields"]), data["tz"])
+        fields = tuple(data["fields"])
+        days = DayRule(data["days"]) if "days" in data else legacy_day_rule(fields)
+        return CronSpec(fields, data["tz"], days)
     raise ValueError(f"unknown schedule kind {data['kind']!r}")
