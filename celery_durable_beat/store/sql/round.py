@@ -22,6 +22,7 @@ from sqlalchemy import ARRAY, BigInteger, String, bindparam, column, func, selec
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import BindParameter
 
+from celery_durable_beat import faults
 from celery_durable_beat.exceptions import StaleEpoch
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Action, Definition, ScheduleState
@@ -124,6 +125,7 @@ def check_fence(conn: Connection, epoch: int) -> int:
             f"a write carried fencing epoch {epoch}, older than {newest}, the newest this store "
             "has seen: another beat leads now"
         )
+    faults.point("fenced_write")  # the write follows: a stalled leader would pause here
     return int(now)
 
 
