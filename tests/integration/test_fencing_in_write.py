@@ -47,8 +47,9 @@ def test_a_round_stalled_before_its_write_writes_nothing_under_the_old_epoch(
     old, new = stores
     add(old, "job", 1_000)
     dispatcher = Dispatcher(old, CapturingPublisher())
-    with faults.paused_at("fenced_write", lambda: _new_leader_acquires(new)), pytest.raises(
-        StaleEpoch
+    with (
+        faults.paused_at("fenced_write", lambda: _new_leader_acquires(new)),
+        pytest.raises(StaleEpoch),
     ):
         dispatcher.run_round(5_000, OLD)
     assert new.leader_info().epoch == NEW
@@ -61,8 +62,9 @@ def test_a_round_stalled_before_its_write_writes_nothing_under_the_old_epoch(
 def test_an_advance_stalled_after_its_check_is_refused(stores: tuple[SqlStore, SqlStore]) -> None:
     old, new = stores
     schedule_id = add(old, "job", 1_000)
-    with faults.paused_at("fenced_write", lambda: _new_leader_acquires(new)), pytest.raises(
-        StaleEpoch
+    with (
+        faults.paused_at("fenced_write", lambda: _new_leader_acquires(new)),
+        pytest.raises(StaleEpoch),
     ):
         old.advance([moved(schedule_id, 1_000, 61_000)], epoch=OLD)
     record = new.get("job")
@@ -75,8 +77,9 @@ def test_an_audit_write_stalled_after_its_check_is_refused(
 ) -> None:
     old, new = stores
     add(old, "job", 1_000)
-    with faults.paused_at("fenced_write", lambda: _new_leader_acquires(new)), pytest.raises(
-        StaleEpoch
+    with (
+        faults.paused_at("fenced_write", lambda: _new_leader_acquires(new)),
+        pytest.raises(StaleEpoch),
     ):
         old.record([enqueued("job", 1_000)], epoch=OLD)
     assert new.history("job", limit=10) == []
