@@ -13,7 +13,8 @@ Points the dispatch round reaches (``dispatch.py``), in round order:
 - ``mid_batch``: after each schedule's publishes, before the rest of the batch (some of the
   round's publishes may already be confirmed by the broker, none is audited);
 - ``after_publish``: every publish of the round confirmed by the broker, before the audit write;
-- ``after_audit``: the audit records committed, before the schedules advance.
+- ``after_audit``: the audit records and the advances committed (one transaction,
+  ``Store.settle``), before ``replace`` revokes are sent.
 
 Points the SQL store reaches (``store/sql/round.py``):
 
