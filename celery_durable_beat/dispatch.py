@@ -1,12 +1,20 @@
 """One leader round: due → plan → publish → audit → advance (SPEC §4), through ports only.
 
-The order is the guarantee. A tick is published first; its ``enqueued`` record is written (and
-committed) next; only then does the schedule advance, with a compare-and-set on the tick it was
-read at and the leader's fencing epoch. A crash anywhere replays at most the same deterministic
-task id: before the audit commit the next round publishes it again (the same id, which the worker
-guard absorbs); after it, the round finds the record, writes ``deduplicated`` and advances
-without publishing. A failing schedule never blocks the others; a broker outage stops the round
-early (everything after would fail too) and never counts against a schedule.
+The order is the guarantee. The due rows are read in a short transaction that commits before
+anything is published (no transaction is open while the broker is slow, SPEC §3). A tick is
+published first; its ``enqueued`` record and the schedule's advance are written next, in one
+short transaction of their own (``Store.settle``), fenced by the leader's epoch and with a
+compare-and-set on the tick the schedule was read at. A crash anywhere replays at most the same
+deterministic task id: before that commit the next round publishes it again (the same id, which
+the worker guard absorbs); after it the schedule has moved on. Should an ``enqueued`` record
+exist for a due tick anyway (a write that lost its compare-and-set), the round writes
+``deduplicated`` and advances without publishing. A failing schedule never blocks the others; a
+broker outage stops the round early (everything after would fail too) and never counts against
+a schedule.
+
+``replace`` revokes (SPEC §6) are side effects of a tick that is safe: the gate only notes them,
+and the round sends them after ``settle`` committed, for ticks recorded ``enqueued`` — never for
+one whose publish or confirm failed, and none at all when the round fails.
 """
 
 from __future__ import annotations
@@ -122,19 +130,22 @@ class Dispatcher:
 
     def run_round(self, now_ms: int, epoch: int) -> RoundStats:
         stats = RoundStats()
-        with self.store.claim_due(now_ms, self.batch_size) as claim:
-            stats.claimed = len(claim.schedules)
-            if not claim.schedules:
-                return stats
-            work, broken = _plan_all(claim.schedules, now_ms)
-            ids = [t.task_id for w in work for t in w.ticks]
-            existing = claim.enqueued_task_ids(ids) if ids else set()
+        try:
+            with self.store.claim_due(now_ms, self.batch_size) as claim:
+                stats.claimed = len(claim.schedules)
+                if not claim.schedules:
+                    return stats
+                work, broken = _plan_all(claim.schedules, now_ms)
+                ids = [t.task_id for w in work for t in w.ticks]
+                existing = claim.enqueued_task_ids(ids) if ids else set()
             advances = self._publish_all(work, existing, now_ms, stats)
             advances += [_quarantine_unplannable(due, now_ms, stats) for due in broken]
-            claim.record(stats.events, epoch)
-        self._after_claim()
+            applied = self.store.settle(stats.events, advances, epoch)
+        except BaseException:
+            self._revoke_replaced(())  # what the round displaced stays: nothing new is safe
+            raise
         faults.point("after_audit")
-        applied = self.store.advance(advances, epoch)
+        self._revoke_replaced(stats.events)
         stats.conflicts = applied.count(False)
         if stats.conflicts:
             log.info(
@@ -144,12 +155,12 @@ class Dispatcher:
             )
         return stats
 
-    def _after_claim(self) -> None:
-        """Gate side effects that write (``replace`` revokes) run once the claim has committed:
-        on SQLite the claim holds the only write lock until then."""
+    def _revoke_replaced(self, events: Sequence[AuditEvent]) -> None:
+        """Let the gate revoke what ``replace`` displaced, for the ticks now recorded
+        ``enqueued`` only (their publish confirmed, their record committed); the rest die."""
         flush = getattr(self.gate, "flush", None)
         if flush is not None:
-            flush()
+            flush({e.task_id for e in events if e.outcome is Outcome.ENQUEUED and e.task_id})
 
     def _publish_all(
         self, work: Sequence[_Work], existing: set[str], now_ms: int, stats: RoundStats

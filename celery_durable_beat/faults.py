@@ -13,7 +13,17 @@ Points the dispatch round reaches (``dispatch.py``), in round order:
 - ``mid_batch``: after each schedule's publishes, before the rest of the batch (some of the
   round's publishes may already be confirmed by the broker, none is audited);
 - ``after_publish``: every publish of the round confirmed by the broker, before the audit write;
-- ``after_audit``: the audit records committed, before the schedules advance.
+- ``after_audit``: the audit records and the advances committed (one transaction,
+  ``Store.settle``), before ``replace`` revokes are sent.
+
+Points the SQL store reaches (``store/sql/round.py``):
+
+- ``fenced_write``: a fenced write (audit records, advances) is about to run its statements,
+  its leader's checks behind it.
+
+In-process tests can also *pause* the process at a point: ``paused_at(name, action)`` runs
+``action`` each time ``name`` is reached, as if the process stalled there while ``action``
+happened elsewhere (e.g. a new leader acquiring). Deterministic, with no sleeping.
 
 Before dying the process writes one line ``durable-beat fault injected at <point>`` to stderr,
 so a test can tell an injected crash from any other.
@@ -24,9 +34,11 @@ from __future__ import annotations
 import os
 import random
 import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 ENV = "DURABLE_BEAT_FAULT"
-POINTS = frozenset({"mid_batch", "after_publish", "after_audit"})
+POINTS = frozenset({"mid_batch", "after_publish", "after_audit", "fenced_write"})
 
 
 def parse(value: str) -> dict[str, float]:
@@ -46,10 +58,27 @@ def parse(value: str) -> dict[str, float]:
 
 _PLAN: dict[str, float] | None = parse(os.environ[ENV]) if os.environ.get(ENV) else None
 _HITS: dict[str, int] = {}
+_PAUSES: dict[str, Callable[[], None]] = {}
+
+
+@contextmanager
+def paused_at(name: str, action: Callable[[], None]) -> Iterator[None]:
+    """Within the block, run ``action`` each time ``name`` is reached (tests only)."""
+    if name not in POINTS:
+        raise ValueError(f"{name!r} is not a fault point; points are {', '.join(sorted(POINTS))}")
+    _PAUSES[name] = action
+    try:
+        yield
+    finally:
+        _PAUSES.pop(name, None)
 
 
 def point(name: str) -> None:
     """Die here if the fault plan says so; a no-op when ``DURABLE_BEAT_FAULT`` is unset."""
+    if _PAUSES:
+        pause = _PAUSES.get(name)
+        if pause is not None:
+            pause()
     if _PLAN is None or name not in _PLAN:
         return
     when = _PLAN[name]

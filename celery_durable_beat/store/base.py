@@ -7,14 +7,22 @@ each one to them):
 2. **Due rows.** ``claim_due(now_ms, limit)`` yields at most ``limit`` active schedules whose
    ``next_due_ms <= now_ms``, earliest first, from one indexed query. Work follows what is due:
    idle rows are never read. Paused, archived and quarantined rows have ``next_due_ms`` NULL.
-   On PostgreSQL the rows stay locked (``FOR UPDATE SKIP LOCKED``) until the claim ends, so a
-   second beat cannot work on them meanwhile.
-3. **Audit before advance.** ``Claim.record`` writes audit events and commits them when the claim
-   ends. An ``enqueued`` event is unique per task id: a second one for the same task id is
-   ignored, never an error, so replaying a tick is safe.
+   The read commits before the block runs: **nothing is locked or held while the round
+   publishes** (SPEC §3), so the CLI, the console and the workers' store-backed claims never
+   wait on a round. Two beats may therefore read the same rows. Only the lease holder runs
+   rounds; a leader that stalled past its lease and wakes mid-round may publish ticks the new
+   leader also publishes — the same deterministic task ids, which the worker guard absorbs — but
+   its ``settle`` is refused by the fence (rule 4) or, for a row the new leader already moved,
+   by the compare-and-set (rule 5). A tick is never lost and never advanced twice.
+3. **Audit before advance.** ``settle(events, advances, epoch)`` writes the round's audit events
+   and then its advances in one short transaction: an advance never commits without the records
+   of what it moves past. An ``enqueued`` event is unique per task id: a second one for the same
+   task id is ignored, never an error, so replaying a tick is safe.
 4. **Fencing.** Every audit write and every advance carries the writer's epoch. The store keeps
    the newest epoch it has seen; a write with an older one raises ``StaleEpoch`` and changes
-   nothing.
+   nothing. The epoch is checked inside the writing statement (PostgreSQL) or under the lock
+   that an epoch bump also needs (SQLite's write lock, the memory store's lock), never by a
+   read that a bump could overtake before the write.
 5. **Compare-and-set advance.** ``advance`` moves a schedule only if its ``next_tick_ms`` still
    equals what the round read; otherwise that item reports ``False`` and nothing changes.
 6. **History outlives schedules.** Audit events are keyed by schedule name, not by row id.
@@ -137,15 +145,12 @@ class LeaderInfo:
 
 
 class Claim(Protocol):
-    """The due rows of one round; audit events recorded here commit when the claim ends."""
+    """The due rows of one round, already read and committed: a claim holds nothing."""
 
     schedules: Sequence[DueSchedule]
 
     def enqueued_task_ids(self, task_ids: Sequence[str]) -> set[str]:
         """Which of these task ids already have an ``enqueued`` record."""
-
-    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
-        """Write audit events (``enqueued`` ones once per task id); raise StaleEpoch if fenced."""
 
 
 class Store(Protocol):
@@ -164,6 +169,12 @@ class Store(Protocol):
 
     def claim_due(self, now_ms: int, limit: int) -> AbstractContextManager[Claim]:
         """The due rows of one round (see rule 2)."""
+
+    def settle(
+        self, events: Sequence[AuditEvent], advances: Sequence[Advance], epoch: int
+    ) -> list[bool]:
+        """A round's audit events, then its advances, in one short transaction (rules 3-5);
+        True where an advance applied. Raise StaleEpoch if fenced: then nothing is written."""
 
     def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
         """Compare-and-set each advance; True where it applied. Raise StaleEpoch if fenced."""

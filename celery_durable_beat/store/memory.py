@@ -8,11 +8,13 @@ the SQL store, so a test that passes here means the same thing it would on SQL.
 How each rule is kept:
 
 1. **Time.** ``now_ms()`` is the injected clock (default: this host's, in ms).
-2. **Due rows.** ``claim_due`` picks active rows with ``next_due_ms <= now_ms`` earliest first;
-   rows held by an open claim are skipped by other claims, as ``FOR UPDATE SKIP LOCKED`` does.
-3. **Audit before advance.** A claim buffers its events and commits them when it ends without
-   an error; ``enqueued`` events are unique per task id (a second one is dropped).
-4. **Fencing.** Every write checks its epoch against the fence under the store's one lock.
+2. **Due rows.** ``claim_due`` picks active rows with ``next_due_ms <= now_ms`` earliest first,
+   and holds nothing afterwards, as on SQL.
+3. **Audit before advance.** ``settle`` writes the events and applies the advances under the
+   store's one lock, all or nothing; ``enqueued`` events are unique per task id (a second one is
+   dropped).
+4. **Fencing.** Every write checks its epoch against the fence under that same lock, so no
+   epoch bump can come between the check and the write.
 5. **Compare-and-set advance.** Checked and applied under that lock, item by item.
 6. **History outlives schedules.** Events are kept by lower-cased schedule name.
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from celery_durable_beat.clock import SystemClock
@@ -74,7 +76,6 @@ class MemoryStore:
         self._rows: dict[str, Row] = {}  # by lower-cased name
         self._events: dict[str, list[StoredEvent]] = {}  # by lower-cased name, oldest first
         self._enqueued: dict[str, StoredEvent] = {}  # by task id
-        self._held: set[int] = set()  # row ids inside an open claim
         self._fence = Fence()
         self._next_row_id = 1
         self._next_event_id = 1
@@ -108,35 +109,29 @@ class MemoryStore:
                 (
                     row
                     for row in self._rows.values()
-                    if row.next_due_ms is not None
-                    and row.next_due_ms <= now_ms
-                    and row.id not in self._held
+                    if row.next_due_ms is not None and row.next_due_ms <= now_ms
                 ),
                 key=lambda row: (row.next_due_ms, row.id),
             )[:limit]
-            self._held.update(row.id for row in rows)
-        claim = MemoryClaim(self, [row.due() for row in rows])
-        try:
-            yield claim
-            with self._lock:
-                self._insert_events(claim.pending)
-        finally:
-            with self._lock:
-                self._held.difference_update(row.id for row in rows)
+            due = [row.due() for row in rows]
+        yield MemoryClaim(self, due)
 
     def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
-        if not events:
-            return
-        with self._lock:
-            self._insert_events(self._stamp(events, epoch))
+        self.settle(events, (), epoch)
 
     def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
-        if not advances:
+        return self.settle((), advances, epoch)
+
+    def settle(
+        self, events: Sequence[AuditEvent], advances: Sequence[Advance], epoch: int
+    ) -> list[bool]:
+        if not events and not advances:
             return []
         check_advances(advances)
         with self._lock:
             now = self._check_fence(epoch)
-            by_id = {row.id: row for row in self._rows.values()}
+            self._insert_events([_Pending(event, epoch, now) for event in events])
+            by_id = {row.id: row for row in self._rows.values()} if advances else {}
             applied: list[bool] = []
             for item in advances:
                 row = by_id.get(item.schedule_id)
@@ -337,10 +332,6 @@ class MemoryStore:
             )
         return self.now_ms()
 
-    def _stamp(self, events: Sequence[AuditEvent], epoch: int) -> list[_Pending]:
-        now = self._check_fence(epoch)
-        return [_Pending(event, epoch, now) for event in events]
-
     def _insert_events(self, pending: Sequence[_Pending]) -> None:
         for item in pending:
             event = item.event
@@ -364,7 +355,7 @@ class MemoryStore:
 
 @dataclass(frozen=True)
 class _Pending:
-    """An event stamped with the epoch and time of its write, waiting for its claim to end."""
+    """An event stamped with the epoch and time of its write."""
 
     event: AuditEvent
     epoch: int
@@ -373,29 +364,14 @@ class _Pending:
 
 @dataclass
 class MemoryClaim:
-    """The due rows of one round; events recorded here are kept when the claim ends cleanly."""
+    """The due rows of one round; it holds nothing."""
 
     store: MemoryStore
     schedules: Sequence[DueSchedule]
-    pending: list[_Pending] = field(default_factory=list)
 
     def enqueued_task_ids(self, task_ids: Sequence[str]) -> set[str]:
-        mine = {
-            item.event.task_id
-            for item in self.pending
-            if value_of(item.event.outcome) == Outcome.ENQUEUED.value
-        }
         with self.store._lock:
-            return {
-                task_id
-                for task_id in task_ids
-                if task_id in self.store._enqueued or task_id in mine
-            }
-
-    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
-        if events:
-            with self.store._lock:
-                self.pending.extend(self.store._stamp(events, epoch))
+            return {task_id for task_id in task_ids if task_id in self.store._enqueued}
 
 
 if TYPE_CHECKING:

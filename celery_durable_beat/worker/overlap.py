@@ -14,10 +14,13 @@ previous tick never blocks forever.
 
 - ``skip``: an unfinished previous tick → this one is not published (audit ``skipped``, reason
   ``overlap``).
-- ``replace``: an unfinished previous tick is revoked — ``revoked`` recorded for it if it has not
-  started (so any worker refuses it later, even one that missed the broadcast), and
+- ``replace``: this tick is published, and once it is safe — its publish confirmed and its
+  ``enqueued`` record committed, which the round tells ``flush`` after its audit write — the
+  unfinished previous tick is revoked: ``revoked`` recorded for it if it has not started (so any
+  worker refuses it later, even one that missed the broadcast), and
   ``app.control.revoke(task_id, terminate=True)`` for a run in progress (pools that can terminate:
-  prefork, eventlet, gevent) — then this tick is published.
+  prefork, eventlet, gevent). A tick that did not reach the broker revokes nothing: with the
+  broker down or a routing error, the running previous run is left to finish.
 
 The gate sees only the runs port: it reads tracking, and records ``revoked`` in tracking and,
 when the claims are kept apart (Redis), in the claims too.
@@ -26,6 +29,8 @@ when the claims are kept apart (Redis), in the claims too.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from celery_durable_beat.exceptions import StoreError
@@ -65,7 +70,7 @@ class OverlapGate:
         self.keep_ms = round(settings.dedup_ttl * 1000)
         self._due: DueSchedule | None = None
         self._let_through: tuple[str, int] | None = None
-        self._revokes: list[tuple[str, str, int]] = []
+        self._revokes: list[_Displaced] = []
 
     def close(self) -> None:
         """Release the run store's pool and the claims' client; idempotent."""
@@ -91,18 +96,7 @@ class OverlapGate:
             )
             return Reason.OVERLAP
         if previous is not None:
-            self._revokes.append((due.name, *previous))
-            log.info(
-                "%s replaces %s, which had not finished",
-                message.task_id,
-                previous[0],
-                extra={
-                    "action": Action.OVERLAP_REPLACED.value,
-                    "schedule": due.name,
-                    "task_id": message.task_id,
-                    "replaced": previous[0],
-                },
-            )
+            self._revokes.append(_Displaced(message.task_id, due.name, *previous))
         self._let_through = (message.task_id, message.tick_ms)
         return None
 
@@ -115,14 +109,28 @@ class OverlapGate:
             return None
         return prev.task_id, prev.tick_ms
 
-    def flush(self) -> None:
-        """Revoke the runs ``replace`` displaced this round; called after the claim commits."""
+    def flush(self, safe: Collection[str]) -> None:
+        """Revoke the runs ``replace`` displaced this round for ticks now ``safe`` (recorded
+        ``enqueued``); forget the others. Called once the round's audit write committed."""
         revokes, self._revokes = self._revokes, []
-        for schedule, task_id, tick_ms in revokes:
+        for item in revokes:
+            if item.by not in safe:
+                continue
+            log.info(
+                "%s replaces %s, which had not finished",
+                item.by,
+                item.task_id,
+                extra={
+                    "action": Action.OVERLAP_REPLACED.value,
+                    "schedule": item.schedule,
+                    "task_id": item.by,
+                    "replaced": item.task_id,
+                },
+            )
             try:
-                self._revoke(schedule, task_id, tick_ms)
+                self._revoke(item.schedule, item.task_id, item.tick_ms)
             except StoreError as exc:
-                _revoke_failed("could not mark %s revoked (%s)", task_id, exc)
+                _revoke_failed("could not mark %s revoked (%s)", item.task_id, exc)
 
     def _revoke(self, schedule: str, task_id: str, tick_ms: int) -> None:
         key = RunKey(task_id, schedule, tick_ms, Trigger.AUTO.value)
@@ -137,6 +145,16 @@ class OverlapGate:
             self.app.control.revoke(task_id, terminate=True)
         except Exception as exc:  # the broker may be down; the publish will tell
             _revoke_failed("revoke of %s not broadcast (%s)", task_id, exc)
+
+
+@dataclass(frozen=True)
+class _Displaced:
+    """A previous run ``replace`` displaces, and the new tick (``by``) that must be safe first."""
+
+    by: str
+    schedule: str
+    task_id: str
+    tick_ms: int
 
 
 def _revoke_failed(text: str, task_id: str, exc: BaseException) -> None:

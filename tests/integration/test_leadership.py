@@ -19,13 +19,16 @@ import pytest
 from celery import Celery
 from kombu.exceptions import OperationalError
 
+from celery_durable_beat import faults
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import StoreUnavailable
+from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.lease.base import LEASE_SAFETY
-from celery_durable_beat.model import Outcome
+from celery_durable_beat.model import Outcome, Trigger
 from celery_durable_beat.publish import CapturingPublisher
 from celery_durable_beat.scheduler import Scheduler
 from celery_durable_beat.schedules.validate import validate_entries
+from celery_durable_beat.store.base import Advance, AuditEvent
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.sync import sync_definitions
 from tests.support.procs import free_port, wait_until
@@ -213,26 +216,31 @@ def test_the_round_stops_between_schedules_once_the_lease_may_lapse(sqlite_url: 
     store.close()
 
 
-def test_a_claim_frozen_mid_round_does_not_lock_out_the_next_leader(pg_url: str) -> None:
-    """A leader frozen between its claim and its audit write holds ``FOR UPDATE`` locks on the
-    due rows; PostgreSQL ends its session once it has been idle for the TTL."""
+def test_a_leader_frozen_inside_its_write_does_not_lock_out_the_next_leader(pg_url: str) -> None:
+    """A leader frozen inside its audit-and-advance transaction holds its uncommitted records
+    (their unique task ids) against the next leader writing the same tick; PostgreSQL ends its
+    session once it has been idle for the TTL. (The claim itself holds nothing: store rule 2.)"""
     frozen, successor = SqlStore(pg_url, stall_timeout_s=0.5), SqlStore(pg_url)
     frozen.ensure_schema()
     t0 = 1_780_000_000_000
     sync_definitions(frozen, validate_entries({"s": {"task": "t", "schedule": "@every 10s"}}), t0)
+    with frozen.claim_due(t0 + 10_000, 10) as claim:
+        [due] = claim.schedules
+    tick = due.next_tick_ms
+    event = AuditEvent("s", tick, tick_task_id("s", tick), Trigger.AUTO, Outcome.ENQUEUED)
+    advance = Advance(due.id, tick, tick + 10_000, tick + 10_000, tick, Outcome.ENQUEUED, 0)
+    hits: list[int] = []
 
-    def successor_sees() -> int:
-        with successor.claim_due(t0 + 10_000, 10) as claim:
-            return len(claim.schedules)
+    def successor_writes() -> None:
+        hits.append(1)
+        if len(hits) == 2:  # the frozen leader's records are written, not committed
+            assert successor.settle([event], [advance], epoch=0) == [True]
 
-    def frozen_round() -> None:
-        with frozen.claim_due(t0 + 10_000, 10) as claim:
-            assert len(claim.schedules) == 1
-            assert successor_sees() == 0  # locked: skipped, not waited for
-            wait_until(successor_sees, 10, "the frozen claim's locks to be released", 0.1)
-
-    with pytest.raises(StoreUnavailable):  # and the frozen leader's transaction is gone
-        frozen_round()
+    with faults.paused_at("fenced_write", successor_writes), pytest.raises(StoreUnavailable):
+        frozen.settle([event], [advance], epoch=0)  # and its transaction is gone
+    record = successor.get("s")
+    assert record is not None and record.next_tick_ms == tick + 10_000
+    assert len(successor.history("s", 10)) == 1
     frozen.close()
     successor.close()
 

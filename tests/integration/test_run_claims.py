@@ -383,13 +383,13 @@ def test_replace_revokes_the_unfinished_previous_tick(
     runs.claim(key(T0 + MINUTE), "w1", 0, MINUTE)
     d = due(OverlapPolicy.REPLACE, T0 + 2 * MINUTE)
     assert gate(d, tick_message(d, T0 + 2 * MINUTE)) is None
-    assert app.control.revoked == []  # revokes wait until the round's claim has committed
-    gate.flush()
+    assert app.control.revoked == []  # revokes wait until the new tick is recorded enqueued
+    gate.flush({key(T0 + 2 * MINUTE).task_id})
     assert app.control.revoked == [(key(T0 + MINUTE).task_id, True)]
     assert _state(runs, key(T0 + MINUTE)) is RunState.STARTED  # the worker records revoked
     # Within the round, a second tick replaces the first, which has not started: revoked now.
     assert gate(d, tick_message(d, T0 + 3 * MINUTE)) is None
-    gate.flush()
+    gate.flush({key(T0 + 3 * MINUTE).task_id})
     assert app.control.revoked[-1] == (key(T0 + 2 * MINUTE).task_id, True)
     assert _state(runs, key(T0 + 2 * MINUTE)) is RunState.REVOKED
     assert runs.claim(key(T0 + 2 * MINUTE), "w2", 0, MINUTE) is RunState.REVOKED
@@ -401,7 +401,22 @@ def test_replace_revokes_in_claims_kept_apart_too() -> None:
     d = due(OverlapPolicy.REPLACE)
     assert gate(d, tick_message(d, T0)) is None
     assert gate(d, tick_message(d, T0 + MINUTE)) is None
-    gate.flush()
+    gate.flush({key(T0 + MINUTE).task_id})
     assert app.control.revoked == [(key(T0).task_id, True)]
     assert _state(tracking, key(T0)) is RunState.REVOKED
     assert claims.claim(key(T0), "w1", 0, MINUTE) is RunState.REVOKED
+
+
+def test_replace_revokes_nothing_for_a_tick_that_is_not_safe(
+    sql_store: SqlStore, runs: SqlRunStore
+) -> None:
+    app = FakeApp()
+    gate = gate_for(runs, app)
+    _enqueued(sql_store, T0)
+    runs.claim(key(T0), "w1", 0, MINUTE)
+    d = due(OverlapPolicy.REPLACE, T0 + MINUTE)
+    assert gate(d, tick_message(d, T0 + MINUTE)) is None
+    gate.flush(set())  # its publish failed, or the round did: the displaced run stays
+    gate.flush({key(T0 + MINUTE).task_id})  # and a later flush does not resurrect it
+    assert app.control.revoked == []
+    assert _state(runs, key(T0)) is RunState.STARTED

@@ -7,7 +7,6 @@ backend's own machinery (connections, URLs) name that backend and say why.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 
@@ -161,57 +160,50 @@ def test_clock_and_earliest_due_in_one_read(store: Store) -> None:
     assert before <= clock <= store.now_ms()
 
 
-@pytest.mark.parametrize("backend", ["postgresql", "memory"])
-def test_claims_skip_rows_another_claim_holds(backend: str, request: pytest.FixtureRequest) -> None:
-    """Two beats on one store. Not on SQLite: it has no row locks, its writers take turns on the
-    whole file instead (a second claim waits), which the SQL store documents."""
-    first_store: Store
-    second_store: Store
-    if backend == "memory":
-        first_store = second_store = MemoryStore()
-    else:
-        url = request.getfixturevalue("pg_url")
-        first_store, second_store = SqlStore(url), SqlStore(url)
-    first_store.ensure_schema()
-    for index in range(6):
-        add(first_store, f"s{index}", 1_000 + index)
-    seen: list[str] = []
+def test_a_claim_holds_nothing_while_the_round_publishes(
+    store: Store, request: pytest.FixtureRequest
+) -> None:
+    """Another process (the CLI, a worker) writes promptly while a claim is open, and a second
+    beat reads the same rows: fencing and the compare-and-set settle what it may do."""
+    other: Store = store if isinstance(store, MemoryStore) else SqlStore(store.url)
+    for index in range(3):
+        add(store, f"s{index}", 1_000 + index)
     try:
-        with first_store.claim_due(10_000, limit=3) as held:
-
-            def second_round() -> None:
-                with second_store.claim_due(10_000, limit=10) as other:
-                    seen.extend(due.name for due in other.schedules)
-
-            worker = threading.Thread(target=second_round)
-            worker.start()
-            worker.join(timeout=10)
-            assert not worker.is_alive(), "the second claim waited instead of skipping"
-            held_names = [due.name for due in held.schedules]
-        assert held_names == ["s0", "s1", "s2"]
-        assert seen == ["s3", "s4", "s5"]
-        with second_store.claim_due(10_000, limit=10) as after:  # released at commit
-            assert len(after.schedules) == 6
+        with store.claim_due(10_000, limit=10) as claim:
+            started = time.monotonic()
+            other.set_state("s2", ScheduleState.PAUSED, now_ms=5_000)
+            assert time.monotonic() - started < 2.0  # SQLite's busy timeout is 10 s
+            with other.claim_due(10_000, limit=10) as second:
+                assert [d.name for d in second.schedules] == ["s0", "s1"]
+            assert [d.name for d in claim.schedules] == ["s0", "s1", "s2"]
+        paused = claim.schedules[2]
+        advance = moved(paused.id, paused.next_tick_ms, 61_000)
+        assert store.settle([], [advance], epoch=0) == [False]  # the pause stands
     finally:
-        first_store.close()
-        second_store.close()
+        if other is not store:
+            other.close()
 
 
 # -- rule 3: audit before advance -----------------------------------------------------------------
-def test_claim_commits_audit_when_it_ends_and_rolls_back_on_error(store: Store) -> None:
-    add(store, "job", 1_000)
-
-    def failing_round() -> None:
-        with store.claim_due(5_000, limit=10) as claim:
-            claim.record([enqueued("job", 1_000)], epoch=0)
-            raise RuntimeError("publish blew up")
-
-    with pytest.raises(RuntimeError):
-        failing_round()
+def test_settle_writes_audit_and_advance_together_or_nothing(store: Store) -> None:
+    schedule_id = add(store, "job", 1_000)
+    with store.claim_due(5_000, limit=10) as claim:
+        assert claim.enqueued_task_ids([tick_task_id("job", 1_000)]) == set()
+    with pytest.raises(InvalidArgument):  # a malformed batch: not even the records are written
+        store.settle(
+            [enqueued("job", 1_000)],
+            [moved(schedule_id, 1_000, 2_000), moved(schedule_id, 1_000, 3_000)],
+            epoch=0,
+        )
     assert store.history("job", limit=10) == []
 
+    applied = store.settle(
+        [enqueued("job", 1_000, lag_ms=12, version=1)],
+        [moved(schedule_id, 1_000, 61_000)],
+        epoch=0,
+    )
+    assert applied == [True]
     with store.claim_due(5_000, limit=10) as claim:
-        claim.record([enqueued("job", 1_000, lag_ms=12, version=1)], epoch=0)
         assert claim.enqueued_task_ids([tick_task_id("job", 1_000)]) == {tick_task_id("job", 1_000)}
     [event] = store.history("job", limit=10)
     assert (event.outcome, event.trigger, event.lag_ms, event.version) == (
@@ -221,13 +213,14 @@ def test_claim_commits_audit_when_it_ends_and_rolls_back_on_error(store: Store) 
         1,
     )
     assert abs(event.recorded_at_ms - store.now_ms()) < 5_000
+    record = store.get("job")
+    assert record is not None and record.next_tick_ms == 61_000
 
 
 def test_enqueued_event_is_unique_per_task_id(store: Store) -> None:
     add(store, "job", 1_000)
-    with store.claim_due(5_000, limit=10) as claim:
-        claim.record([enqueued("job", 1_000), enqueued("job", 1_000)], epoch=0)
-        claim.record([enqueued("job", 1_000)], epoch=0)
+    store.settle([enqueued("job", 1_000), enqueued("job", 1_000)], [], epoch=0)
+    store.settle([enqueued("job", 1_000)], [], epoch=0)
     store.record([enqueued("job", 1_000)], epoch=0)  # a replay after a crash
     duplicate = AuditEvent(
         schedule="job",
@@ -299,8 +292,8 @@ def test_stale_epoch_is_rejected_and_writes_nothing(store: Store) -> None:
 
     with pytest.raises(StaleEpoch):
         store.record([enqueued("job", 1_000)], epoch=6)
-    with pytest.raises(StaleEpoch), store.claim_due(5_000, limit=10) as claim:
-        claim.record([enqueued("job", 1_000)], epoch=6)
+    with pytest.raises(StaleEpoch):
+        store.settle([enqueued("job", 1_000)], [moved(schedule_id, 1_000, 61_000)], epoch=6)
     with pytest.raises(StaleEpoch):
         store.advance([moved(schedule_id, 1_000, 61_000)], epoch=6)
     assert store.history("job", limit=10) == []

@@ -3,7 +3,7 @@
 50 schedules ``@every 1s`` with ``missed: backfill``, a real prefork worker with
 ``install(app)``, a real beat on PostgreSQL and Redis. The beat is killed with SIGKILL over and
 over: at random instants, and at the round's crash points through ``DURABLE_BEAT_FAULT``
-(``celery_durable_beat/faults.py``): after publish before audit, after audit before advance,
+(``celery_durable_beat/faults.py``): after publish before the audit-and-advance write, after it,
 mid-batch. Each time a new beat starts. Afterwards, for every schedule, the executed ticks have
 no gap between the first and the last, and no tick executed twice; the broker duplicates the
 crashes caused are counted (the worker's receipts, and the guard's shared counter).

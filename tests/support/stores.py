@@ -7,11 +7,9 @@ exactly one step fail, then let the next round run against the very same store.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Sequence
 
-from celery_durable_beat.store.base import Advance, AuditEvent, Claim, Store
+from celery_durable_beat.store.base import Advance, AuditEvent, Store
 from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.store.sql import SqlStore
 
@@ -28,38 +26,26 @@ class InjectedFault(RuntimeError):
     """The failure a test asked for."""
 
 
-class _FailingClaim:
-    def __init__(self, inner: Claim) -> None:
-        self._inner = inner
-        self.schedules = inner.schedules
-
-    def enqueued_task_ids(self, task_ids: Sequence[str]) -> set[str]:
-        return self._inner.enqueued_task_ids(task_ids)
-
-    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
-        raise InjectedFault("audit write failed")
-
-
 class _Faults:
-    """Makes the next audit write or advance of the store it is mixed into fail once."""
+    """Makes the next settle (the round's audit write and advance) of the store it is mixed into
+    fail once, on request: before anything is written (``fail_audit_once``), or with the audit
+    records written and the advance lost (``fail_advance_once``: what a write that lost its
+    compare-and-set leaves, or a crash between the two did before they shared a transaction)."""
 
     fail_audit_once = False
     fail_advance_once = False
 
-    @contextmanager
-    def claim_due(self, now_ms: int, limit: int) -> Iterator[Any]:
-        with super().claim_due(now_ms, limit) as claim:  # type: ignore[misc]
-            if self.fail_audit_once and claim.schedules:
-                self.fail_audit_once = False
-                yield _FailingClaim(claim)
-            else:
-                yield claim
-
-    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
+    def settle(
+        self, events: Sequence[AuditEvent], advances: Sequence[Advance], epoch: int
+    ) -> list[bool]:
+        if self.fail_audit_once and events:
+            self.fail_audit_once = False
+            raise InjectedFault("audit write failed")
         if self.fail_advance_once and advances:
             self.fail_advance_once = False
+            self.record(events, epoch)  # type: ignore[attr-defined]
             raise InjectedFault("crash between audit and advance")
-        return super().advance(advances, epoch)  # type: ignore[misc, no-any-return]
+        return super().settle(events, advances, epoch)  # type: ignore[misc, no-any-return]
 
 
 class FaultyStore(_Faults, SqlStore):

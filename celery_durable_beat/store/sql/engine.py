@@ -156,9 +156,9 @@ def _sqlite_on_begin(connection: Connection) -> None:
 def limit_idle(conn: Connection, idle_ms: int) -> None:
     """PostgreSQL: end this transaction's session if it sits idle longer than ``idle_ms``.
 
-    For the round's claim, whose ``FOR UPDATE`` locks would otherwise outlive a frozen leader;
-    the claim is idle while the round publishes, which a live leader stops doing well within
-    its lease (``LEASE_SAFETY``), so a TTL-long limit never ends a healthy round.
+    For the round's audit-and-advance transaction, whose row locks would otherwise outlive a
+    leader frozen inside it; the transaction is short (nothing is published while it is open),
+    so a TTL-long limit never ends a healthy round.
     """
     conn.execute(
         select(func.set_config("idle_in_transaction_session_timeout", str(max(100, idle_ms)), True))

@@ -1,27 +1,49 @@
 """The round's hot path on SQL: the due query, audit inserts, compare-and-set advances.
 
 Each is batched so a round of thousands of due schedules costs a few statements, not thousands:
-audit rows go in one executemany; PostgreSQL advances in one ``UPDATE … FROM unnest(…)`` whose
-RETURNING says which rows moved; SQLite, which has the write lock for the whole transaction,
-decides the compare-and-set from one read and writes the winners in one executemany.
+PostgreSQL gets audit rows and advances as arrays, one ``INSERT … SELECT … FROM unnest(…)`` and
+one ``UPDATE … FROM unnest(…)`` whose RETURNING says which rows were written; SQLite, which has
+the write lock for the whole transaction, writes audit rows in one executemany and decides the
+compare-and-set from one read before writing the winners in one executemany.
 
-Fencing is checked in the writing transaction by reading the fence row, never by holding a lock
-on it: the store lease renews that row every round, and a stalled old leader holding a lock on it
-would stall the new leader, which is exactly the failure fencing exists to survive. A write is
-therefore judged against the newest epoch committed when it runs; the compare-and-set on each
-schedule row settles any write that races an epoch change.
+Fencing (SPEC §7) is decided where it cannot be overtaken by an epoch bump:
+
+- on PostgreSQL, inside the writing statements themselves: each carries
+  ``WHERE (SELECT epoch FROM fence) <= :epoch``, read in the statement's own snapshot, so a
+  leader that stalled after its last check and woke up after a new leader registered its epoch
+  writes nothing. When a statement wrote fewer rows than it was given, the fence is read again
+  to tell a refusal (``StaleEpoch``, and the transaction rolls back) from replays and
+  compare-and-set misses. No lock is taken on the fence row: the lease renews it every round,
+  and a stalled old leader holding a lock on it would stall the new leader, which is exactly
+  the failure fencing exists to survive.
+- on SQLite, by a read at the start of the write transaction: it began ``IMMEDIATE``, holding
+  the only write lock, so no epoch bump can commit between that read and the writes.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import ARRAY, BigInteger, String, bindparam, column, func, select, update
+from sqlalchemy import (
+    ARRAY,
+    JSON,
+    BigInteger,
+    Integer,
+    String,
+    bindparam,
+    cast,
+    column,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql.elements import BindParameter
+from sqlalchemy.sql.elements import BindParameter, ColumnElement
 
+from celery_durable_beat import faults
 from celery_durable_beat.exceptions import StaleEpoch
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Action, Definition, ScheduleState
@@ -31,6 +53,7 @@ from celery_durable_beat.store.sql.engine import HOST_CLOCK, IN_CHUNK, PG_NOW, i
 from celery_durable_beat.store.tables import ENQUEUED, FENCE_ID, audit, fence, schedules
 
 log = logging.getLogger("celery_durable_beat.store")
+
 
 def enqueued_among(conn: Connection, task_ids: Sequence[str]) -> set[str]:
     """Which task ids have an ``enqueued`` record, through the partial unique index.
@@ -55,7 +78,9 @@ def enqueued_among(conn: Connection, task_ids: Sequence[str]) -> set[str]:
     return found
 
 
-def due(conn: Connection, now_ms: int, limit: int, *, lock: bool) -> list[DueSchedule]:
+def due(conn: Connection, now_ms: int, limit: int) -> list[DueSchedule]:
+    """The due rows, earliest first; not locked (store rule 2: fencing and compare-and-set
+    settle what two beats reading the same rows may do)."""
     query = (
         select(
             schedules.c.id,
@@ -70,9 +95,6 @@ def due(conn: Connection, now_ms: int, limit: int, *, lock: bool) -> list[DueSch
         .order_by(schedules.c.next_due_ms)
         .limit(limit)
     )
-    if lock:
-        # Rows another beat holds are skipped, not waited for (rule 2).
-        query = query.with_for_update(skip_locked=True)
     found: list[DueSchedule] = []
     for row in conn.execute(query).all():
         try:
@@ -110,21 +132,34 @@ def _quarantine_unreadable(conn: Connection, row_id: int, name: str, exc: Except
     )
 
 
-def check_fence(conn: Connection, epoch: int) -> int:
-    """Raise StaleEpoch when ``epoch`` is older than the newest seen; else return the store time."""
-    newest_query = select(fence.c.epoch).where(fence.c.id == FENCE_ID).scalar_subquery()
-    if conn.dialect.name == "postgresql":
-        # One round trip for both: the fence and the server clock that stamps the write.
-        newest, now = conn.execute(select(newest_query, PG_NOW)).one()
-    else:
-        newest, now = conn.execute(select(newest_query)).scalar(), HOST_CLOCK.now_ms()
-    newest = newest or 0  # a missing fence row (hand-made schema) counts as epoch 0
+def newest_epoch(conn: Connection) -> int:
+    """The newest epoch the store has seen (0 without a fence row: a hand-made schema)."""
+    newest = conn.execute(select(fence.c.epoch).where(fence.c.id == FENCE_ID)).scalar()
+    return int(newest or 0)
+
+
+def _fenced(epoch: Any) -> ColumnElement[bool]:
+    """The fence as a condition of the writing statement: no newer epoch has been registered."""
+    newest = select(fence.c.epoch).where(fence.c.id == FENCE_ID).scalar_subquery()
+    condition: ColumnElement[bool] = func.coalesce(newest, 0) <= epoch
+    return condition
+
+
+def _refuse_if_stale(conn: Connection, epoch: int) -> None:
+    """Raise StaleEpoch when a newer epoch than ``epoch`` is registered (the fence only rises)."""
+    newest = newest_epoch(conn)
     if epoch < newest:
         raise StaleEpoch(
             f"a write carried fencing epoch {epoch}, older than {newest}, the newest this store "
             "has seen: another beat leads now"
         )
-    return int(now)
+
+
+def _sqlite_fence(conn: Connection, epoch: int) -> int:
+    """SQLite: the fence read under the write lock (module docstring); the store time."""
+    _refuse_if_stale(conn, epoch)
+    faults.point("fenced_write")
+    return HOST_CLOCK.now_ms()
 
 
 def _value(member: Any) -> Any:
@@ -133,29 +168,74 @@ def _value(member: Any) -> Any:
 
 
 def record(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
-    now = check_fence(conn, epoch)
-    rows = [
-        {
-            "schedule": event.schedule,
-            "schedule_key": name_key(event.schedule),
-            "tick_ms": event.tick_ms,
-            "task_id": event.task_id,
-            "trigger": _value(event.trigger),
-            "outcome": _value(event.outcome),
-            "reason": _value(event.reason),
-            "lag_ms": event.lag_ms,
-            "version": event.version,
-            "epoch": epoch,
-            "recorded_at_ms": now,
-            "detail": dict(event.detail),
-        }
-        for event in events
-    ]
-    # A second enqueued event for a task id is dropped by the partial unique index (rule 3).
-    stmt = insert_into(audit, conn.dialect.name).on_conflict_do_nothing(
+    """Insert audit rows, fenced (module docstring); a second ``enqueued`` row for a task id is
+    dropped by the partial unique index (rule 3)."""
+    if not events:
+        return
+    if conn.dialect.name == "postgresql":
+        _record_pg(conn, events, epoch)
+        return
+    now = _sqlite_fence(conn, epoch)
+    rows = [{**_audit_values(event), "epoch": epoch, "recorded_at_ms": now} for event in events]
+    stmt = insert_into(audit, "sqlite").on_conflict_do_nothing(
         index_elements=[audit.c.task_id], index_where=ENQUEUED
     )
     conn.execute(stmt, rows)
+
+
+_AUDIT_TEXT = ("schedule", "schedule_key", "task_id", "trigger", "outcome", "reason", "detail")
+_AUDIT_NUMBERS = ("tick_ms", "lag_ms", "version")
+
+
+def _audit_values(event: AuditEvent) -> dict[str, Any]:
+    return {
+        "schedule": event.schedule,
+        "schedule_key": name_key(event.schedule),
+        "tick_ms": event.tick_ms,
+        "task_id": event.task_id,
+        "trigger": _value(event.trigger),
+        "outcome": _value(event.outcome),
+        "reason": _value(event.reason),
+        "lag_ms": event.lag_ms,
+        "version": event.version,
+        "detail": dict(event.detail),
+    }
+
+
+def _record_pg(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
+    """``INSERT … SELECT … FROM unnest(…) WHERE <fenced> ON CONFLICT DO NOTHING RETURNING id``."""
+    names = (*_AUDIT_TEXT, *_AUDIT_NUMBERS)
+    arrays = [
+        bindparam(f"r_{name}", type_=ARRAY(String() if name in _AUDIT_TEXT else BigInteger()))
+        for name in names
+    ]
+    given = (
+        func.unnest(*arrays)
+        .table_valued(*(column(name) for name in names))
+        .render_derived(name="given")
+    )
+    values: dict[str, Any] = {name: given.c[name] for name in names}
+    values["detail"] = cast(given.c.detail, JSON())
+    values["version"] = cast(given.c.version, Integer())
+    values["epoch"] = bindparam("r_epoch", type_=BigInteger())
+    values["recorded_at_ms"] = PG_NOW
+    chosen = select(*values.values()).where(_fenced(bindparam("r_epoch")))
+    stmt = (
+        insert_into(audit, "postgresql")
+        .from_select(list(values), chosen)
+        .on_conflict_do_nothing(index_elements=[audit.c.task_id], index_where=ENQUEUED)
+        .returning(audit.c.id)
+    )
+    faults.point("fenced_write")
+    for chunk in iter_chunks(events, 5000):
+        rows = [_audit_values(event) for event in chunk]
+        for row in rows:
+            row["detail"] = json.dumps(row["detail"])
+        params: dict[str, Any] = {f"r_{name}": [row[name] for row in rows] for name in names}
+        params["r_epoch"] = epoch
+        written = len(conn.execute(stmt, params).all())
+        if written < len(rows):  # replays, or refused by the fence: the fence says which
+            _refuse_if_stale(conn, epoch)
 
 
 def _advance_values(item: Advance, epoch: int, now: int) -> dict[str, Any]:
@@ -194,33 +274,47 @@ def _advance_from_arrays() -> Any:
             schedules.c.next_tick_ms == given.c.expected,
             # A schedule paused or archived since the round read it stays where it is.
             schedules.c.state == ScheduleState.ACTIVE.value,
+            _fenced(bindparam("a_epoch")),
         )
         .values(
             {
                 **{name: given.c[name] for name in _MOVED},
                 "epoch": bindparam("a_epoch"),
-                "updated_at_ms": bindparam("a_now"),
+                "updated_at_ms": PG_NOW,
             }
         )
         .returning(schedules.c.id)
     )
 
 
-def advance_pg(conn: Connection, advances: Sequence[Advance], epoch: int, now: int) -> set[int]:
+def advance(conn: Connection, advances: Sequence[Advance], epoch: int) -> set[int]:
+    """Compare-and-set advances, fenced (module docstring); the ids that moved."""
+    if conn.dialect.name == "postgresql":
+        return _advance_pg(conn, advances, epoch)
+    return _advance_sqlite(conn, advances, epoch, _sqlite_fence(conn, epoch))
+
+
+def _advance_pg(conn: Connection, advances: Sequence[Advance], epoch: int) -> set[int]:
     """One statement per chunk, whatever the number of schedules: arrays in, moved ids out."""
     stmt = _advance_from_arrays()
     applied: set[int] = set()
+    faults.point("fenced_write")
     for chunk in iter_chunks(advances, 5000):
-        rows = [_advance_values(item, epoch, now) for item in chunk]
+        rows = [_advance_values(item, epoch, 0) for item in chunk]
         params: dict[str, Any] = {f"a_{name}": [row[name] for row in rows] for name in _MOVED}
         params["a_id"] = [item.schedule_id for item in chunk]
         params["a_expected"] = [item.expected_next_tick_ms for item in chunk]
-        params["a_epoch"], params["a_now"] = epoch, now
-        applied.update(conn.execute(stmt, params).scalars())
+        params["a_epoch"] = epoch
+        moved = set(conn.execute(stmt, params).scalars())
+        if len(moved) < len(chunk):  # compare-and-set misses, or the fence: the fence says which
+            _refuse_if_stale(conn, epoch)
+        applied.update(moved)
     return applied
 
 
-def advance_sqlite(conn: Connection, advances: Sequence[Advance], epoch: int, now: int) -> set[int]:
+def _advance_sqlite(
+    conn: Connection, advances: Sequence[Advance], epoch: int, now: int
+) -> set[int]:
     """Decide the compare-and-set in Python, then one executemany.
 
     Exact because the transaction began IMMEDIATE: no other writer can move a row between the

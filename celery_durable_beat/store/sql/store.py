@@ -12,7 +12,7 @@ is this host's clock, which is also the only clock every process sharing the fil
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 from sqlalchemy import func, select
@@ -47,8 +47,8 @@ class SqlStore(LazyEngine):
 
     def __init__(self, url: str, *, stall_timeout_s: float | None = None) -> None:
         super().__init__(url)
-        # PostgreSQL ends a claim left idle this long: a leader frozen mid-round (SIGSTOP, a VM
-        # pause) must not keep its due rows locked from the next leader (see engine.limit_idle).
+        # PostgreSQL ends a round's write left idle this long: a leader frozen inside it (SIGSTOP,
+        # a VM pause) must not keep schedule rows locked from the next leader (engine.limit_idle).
         self._stall_timeout_ms = None if stall_timeout_s is None else round(stall_timeout_s * 1000)
 
     def _single_read(self, query: Callable[[Connection], T]) -> T:
@@ -80,26 +80,34 @@ class SqlStore(LazyEngine):
 
     @contextmanager
     def claim_due(self, now_ms: int, limit: int) -> Iterator[SqlClaim]:
+        """The due rows, read in one short transaction that has committed before the block
+        runs: nothing is locked while the round publishes (rule 2; SPEC §3)."""
         if limit < 1:
             raise InvalidArgument(f"claim_due needs a limit of at least 1; got {limit}")
+        # A write transaction: an unreadable definition is quarantined on the way (round.due).
         with self._tx() as conn:
-            if self._postgres and self._stall_timeout_ms is not None:
-                limit_idle(conn, self._stall_timeout_ms)
-            due = sql_round.due(conn, now_ms, limit, lock=self._postgres)
-            yield SqlClaim(conn, due, self._guard)
+            due = sql_round.due(conn, now_ms, limit)
+        yield SqlClaim(self, due)
 
     def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
         if events:
             self._write(lambda conn: sql_round.record(conn, events, epoch))
 
     def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
-        if not advances:
+        return self.settle((), advances, epoch)
+
+    def settle(
+        self, events: Sequence[AuditEvent], advances: Sequence[Advance], epoch: int
+    ) -> list[bool]:
+        """Audit records, then advances, in one short transaction, each statement fenced."""
+        if not events and not advances:
             return []
         check_advances(advances)
-        apply = sql_round.advance_pg if self._postgres else sql_round.advance_sqlite
         with self._tx() as conn:
-            now = sql_round.check_fence(conn, epoch)
-            applied = apply(conn, advances, epoch, now)
+            if self._postgres and self._stall_timeout_ms is not None:
+                limit_idle(conn, self._stall_timeout_ms)
+            sql_round.record(conn, events, epoch)
+            applied = sql_round.advance(conn, advances, epoch) if advances else set()
         return [item.schedule_id in applied for item in advances]
 
     def register_epoch(self, epoch: int) -> None:
@@ -177,28 +185,16 @@ class SqlStore(LazyEngine):
 
 
 class SqlClaim:
-    """The due rows of one round, and the transaction that holds them (see ``Claim``)."""
+    """The due rows of one round (see ``Claim``); it holds no transaction."""
 
     schedules: Sequence[DueSchedule]
 
-    def __init__(
-        self,
-        conn: Connection,
-        due: Sequence[DueSchedule],
-        guard: Callable[[], AbstractContextManager[None]],
-    ) -> None:
-        self._conn = conn
-        self._guard = guard
+    def __init__(self, store: SqlStore, due: Sequence[DueSchedule]) -> None:
+        self._store = store
         self.schedules = due
 
     def enqueued_task_ids(self, task_ids: Sequence[str]) -> set[str]:
-        with self._guard():
-            return sql_round.enqueued_among(self._conn, task_ids)
-
-    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
-        if events:
-            with self._guard():
-                sql_round.record(self._conn, events, epoch)
+        return self._store._single_read(lambda conn: sql_round.enqueued_among(conn, task_ids))
 
 
 if TYPE_CHECKING:
