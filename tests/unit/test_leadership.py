@@ -95,7 +95,7 @@ class FakeStore:
     due_ms: int | None = None
     epochs: list[int] = field(default_factory=list)
     pruned: list[tuple[list[str], int]] = field(default_factory=list)
-    archive_calls: int = 0
+    sync_calls: int = 0
     schema_error: Exception | None = None
     due_error: Exception | None = None
 
@@ -114,8 +114,11 @@ class FakeStore:
             raise self.due_error
         return self.now_ms_value, self.due_ms
 
-    def archive_missing(self, names: list[str], source: Any, now_ms: int) -> list[str]:
-        self.archive_calls += 1
+    def definition_digests(self) -> list[Any]:
+        self.sync_calls += 1
+        return []
+
+    def sync_config(self, changes: list[Any], epoch: int, now_ms: int) -> list[Any]:
         return []
 
     def prune_history(self, names: list[str], keep: int) -> int:
@@ -331,7 +334,7 @@ def test_config_sync_runs_once_per_epoch(
     lease.answers = [leads(1), leads(1), leads(2)]
     for _ in range(3):
         loop.round()
-    assert store.archive_calls == 2
+    assert store.sync_calls == 2
 
 
 def test_no_config_sync_when_it_is_off(
@@ -340,7 +343,7 @@ def test_no_config_sync_when_it_is_off(
     off = BeatLoop(store, dispatcher, leadership, definitions=None, history_keep=7)
     lease.answers = [leads()]
     off.round()
-    assert store.archive_calls == 0
+    assert store.sync_calls == 0
 
 
 def test_a_standby_never_dispatches(
@@ -349,7 +352,7 @@ def test_a_standby_never_dispatches(
     lease.answers = [stands_by(remaining_ms=100)]
     store.due_ms = store.now_ms_value - 1
     assert loop.round() == pytest.approx(0.1 + EXPIRY_MARGIN_S)
-    assert dispatcher.epochs == [] and store.archive_calls == 0
+    assert dispatcher.epochs == [] and store.sync_calls == 0
 
 
 def test_due_work_is_dispatched_at_the_leader_s_epoch_and_pruned(
