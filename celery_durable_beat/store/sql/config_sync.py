@@ -167,17 +167,21 @@ def _insert(
     return set(conn.execute(stmt, rows).scalars())
 
 
-_CHANGED = update(schedules).where(schedules.c.id == bindparam("s_id")).values(
-    name=bindparam("s_name"),
-    definition=bindparam("s_definition", type_=JSON()),
-    definition_hash=bindparam("s_hash"),
-    version=bindparam("s_version"),
-    state=bindparam("s_state"),
-    next_tick_ms=bindparam("s_next_tick_ms"),
-    next_due_ms=bindparam("s_next_due_ms"),
-    failures=bindparam("s_failures"),
-    epoch=bindparam("s_epoch"),
-    updated_at_ms=bindparam("s_updated_at_ms"),
+_CHANGED = (
+    update(schedules)
+    .where(schedules.c.id == bindparam("s_id"))
+    .values(
+        name=bindparam("s_name"),
+        definition=bindparam("s_definition", type_=JSON()),
+        definition_hash=bindparam("s_hash"),
+        version=bindparam("s_version"),
+        state=bindparam("s_state"),
+        next_tick_ms=bindparam("s_next_tick_ms"),
+        next_due_ms=bindparam("s_next_due_ms"),
+        failures=bindparam("s_failures"),
+        epoch=bindparam("s_epoch"),
+        updated_at_ms=bindparam("s_updated_at_ms"),
+    )
 )
 
 
