@@ -159,12 +159,19 @@ def _insert(
     ]
     if not rows:
         return set()
-    stmt = (
-        insert_into(schedules, conn.dialect.name)
-        .on_conflict_do_nothing(index_elements=[schedules.c.name_key])
-        .returning(schedules.c.name_key)
+    # A plain executemany (pipelined by psycopg), not a multi-VALUES INSERT … RETURNING, whose
+    # one-off query text psycopg would parse at a cost that grows with the batch.
+    stmt = insert_into(schedules, conn.dialect.name).on_conflict_do_nothing(
+        index_elements=[schedules.c.name_key]
     )
-    return set(conn.execute(stmt, rows).scalars())
+    inserted = conn.execute(stmt, rows).rowcount
+    wanted = {row["name_key"] for row in rows}
+    if inserted == len(rows):
+        return wanted
+    taken = select(schedules.c.name_key).where(
+        schedules.c.name_key.in_(list(wanted)), schedules.c.source == Source.API.value
+    )
+    return wanted - set(conn.execute(taken).scalars())
 
 
 _CHANGED = (
