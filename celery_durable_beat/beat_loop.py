@@ -6,10 +6,14 @@ fixes that. Each round:
 
 1. makes sure the schema exists (a store that was down at start is retried here);
 2. renews or acquires the lease (``Leadership``); a standby sleeps until its next try;
-3. on a new epoch, syncs ``beat_schedule`` into the store (once per epoch);
+3. on a new epoch, syncs ``beat_schedule`` into the store (once per epoch), in fenced batches
+   with the lease renewed before each; a sync cut short by a lost lease runs again next time;
 4. asks the store for its clock and the earliest due instant in one query, and claims only when
    something is due, so an idle round is one index probe;
-5. prunes the history of the schedules it touched, at most once a minute.
+5. between rounds (never while a burst keeps rounds back to back), prunes the history of the
+   schedules it touched: a pass starts at most once a minute and spends at most
+   ``PRUNE_BUDGET`` of the TTL per round, ``PRUNE_CHUNK`` schedules per statement; what is left
+   waits for the next quiet round.
 
 Failures grow the wait (capped at a third of the TTL, so a leader still renews in time). A broker
 outage is remembered across the idle rounds that follow, so they do not reset the backoff while
@@ -31,14 +35,16 @@ from celery_durable_beat.exceptions import (
 )
 from celery_durable_beat.leadership import Leadership
 from celery_durable_beat.model import Action, Definition
-from celery_durable_beat.store.base import Store
+from celery_durable_beat.store.base import PRUNE_CHUNK, Store
 from celery_durable_beat.sync import sync_definitions
 
 # One logger for the whole beat process (scheduler, leadership, loop), as before the split.
 log = logging.getLogger("celery_durable_beat.scheduler")
 
 PRUNE_EVERY_MS = 60_000
-"""Least time between two history prunes (by the store's clock)."""
+"""Least time between the starts of two history pruning passes (by the store's clock)."""
+PRUNE_BUDGET = 0.02
+"""Most of the lease TTL one round spends pruning (0.6 s of 30 s): a pass never risks the lease."""
 BACKOFF_MAX_S = 30.0
 """Longest wait after failed rounds (a third of the TTL caps it further)."""
 BASIC_BROKER_ERRORS: tuple[type[Exception], ...] = (ConnectionError, OSError, TimeoutError)
@@ -71,6 +77,7 @@ class BeatLoop:
         self.failures = 0
         self._synced_epoch: int | None = None
         self._touched: set[str] = set()
+        self._pruning: list[str] = []  # names of the pass in progress, not yet pruned
         self._last_prune_ms = 0
 
     def prepare(self) -> None:
@@ -121,9 +128,25 @@ class BeatLoop:
             return False
         epoch = self.leadership.epoch
         if self.definitions is not None and self._synced_epoch != epoch:
-            sync_definitions(self.store, self.definitions, self.store.now_ms())
+            report = sync_definitions(
+                self.store,
+                self.definitions,
+                self.store.now_ms(),
+                epoch=epoch,
+                renew=lambda: self._renew(epoch),
+            )
+            if not report.complete:
+                return False
             self._synced_epoch = epoch
         return self.leadership.still_leader()
+
+    def _renew(self, epoch: int) -> bool:
+        """Between two sync batches: renew now; go on only as the leader of the same epoch."""
+        return (
+            self.leadership.acquire()
+            and self.leadership.epoch == epoch
+            and self.leadership.still_leader()
+        )
 
     def _dispatch(self) -> float:
         """Claim only when something is due: an idle round is one index probe."""
@@ -131,6 +154,7 @@ class BeatLoop:
         if due is None or due > now_ms:
             if not self.broker_down:  # idle rounds between broker retries keep the backoff
                 self.failures = 0
+            self._maybe_prune(now_ms)  # a quiet moment: finish a pass cut short by its budget
             return self.delay(due, now_ms)
         stats = self.dispatcher.run_round(now_ms, self.leadership.epoch)
         self._touched.update(e.schedule for e in stats.events)
@@ -140,9 +164,9 @@ class BeatLoop:
         self.failures = 0
         if not self.leadership.still_leader():
             return 0.0  # stopped early for the lease: renew (or learn who leads) right away
-        self._maybe_prune(now_ms)
         if stats.claimed >= self.dispatcher.batch_size:
-            return 0.0
+            return 0.0  # a burst: the next round now, pruning waits until it is over
+        self._maybe_prune(now_ms)
         now_ms, due = self.store.clock_and_earliest_due()
         return self.delay(due, now_ms)
 
@@ -174,11 +198,20 @@ class BeatLoop:
         return float(min(cap, 0.5 * 2 ** min(self.failures - 1, 10)))
 
     def _maybe_prune(self, now_ms: int) -> None:
-        if not self._touched or now_ms - self._last_prune_ms < PRUNE_EVERY_MS:
-            return
-        self.store.prune_history(sorted(self._touched), self.history_keep)
-        self._touched.clear()
-        self._last_prune_ms = now_ms
+        """Prune a slice of the pass in progress, or start one, within ``PRUNE_BUDGET``."""
+        if not self._pruning:
+            if not self._touched or now_ms - self._last_prune_ms < PRUNE_EVERY_MS:
+                return
+            self._pruning = sorted(self._touched)
+            self._touched.clear()
+            self._last_prune_ms = now_ms
+        clock = self.leadership.clock
+        deadline = clock.monotonic() + self.leadership.ttl_seconds * PRUNE_BUDGET
+        while self._pruning and self.leadership.still_leader():
+            chunk, self._pruning = self._pruning[:PRUNE_CHUNK], self._pruning[PRUNE_CHUNK:]
+            self.store.prune_history(chunk, self.history_keep)
+            if clock.monotonic() >= deadline:
+                break
 
     def close(self) -> None:
         """Release the lease (only if held), then close the overlap gate and the store."""

@@ -96,6 +96,8 @@ class Reason(str, Enum):
     """The previous run was unfinished and the overlap policy held this tick back."""
     QUARANTINED = "quarantined"
     """The schedule was quarantined at this tick."""
+    REPLANNED = "replanned"
+    """Config sync changed the definition while this tick was due; the re-plan dropped it."""
     ALREADY_ENQUEUED = "already_enqueued"
     """An ``enqueued`` record for this tick already exists (crash after audit)."""
     BROKER_UNAVAILABLE = "broker_unavailable"

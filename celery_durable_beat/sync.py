@@ -1,34 +1,45 @@
-"""Config sync (SPEC §3): desired definitions from ``beat_schedule`` → upserts in the store.
+"""Config sync (SPEC §3): desired definitions from ``beat_schedule`` → fenced bulk writes.
 
 Names compare case-insensitively. An unchanged definition moves nothing (same version, same next
-tick); a changed one gets version + 1 and is re-planned from now; a config schedule that left the
-config is archived, never deleted; one that comes back is re-activated. Schedules created through
-the API are never touched, even when config names the same schedule: config sync reports that
-entry as ``ignored`` instead.
+tick); a changed one gets version + 1 and is re-planned from now, and a tick it drops while due
+is recorded ``skipped``/``replanned``; a config schedule that left the config is archived, never
+deleted; one that comes back is re-activated. Schedules created through the API are never
+touched, even when config names the same schedule: config sync reports that entry as ``ignored``.
+
+Why in bulk and between renewals: one store call per entry cost ~2.7 ms on PostgreSQL, so a
+config of 10,000 entries outlasted a 30 s lease. Now one read finds the differences (store rule
+7: name, source, state and hash of every row) and only those are written, ``SYNC_BATCH`` per
+fenced transaction, with ``renew`` called before each: a leader that lost its lease stops, and a
+write under an epoch the store has seen superseded is refused (``StaleEpoch``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from celery_durable_beat.model import Action, Definition, Source
+from celery_durable_beat.ids import name_key
+from celery_durable_beat.model import Action, Definition, ScheduleState, Source
 from celery_durable_beat.schedules.occurrences import next_tick
-from celery_durable_beat.store.base import Store
+from celery_durable_beat.store.base import ConfigChange, Store, StoredDigest, iter_chunks
 
 log = logging.getLogger("celery_durable_beat.sync")
+
+SYNC_BATCH = 500
+"""Config differences written per transaction; the lease is renewed between two of them."""
 
 
 @dataclass
 class SyncReport:
-    """Names by what sync did to them."""
+    """Names by what sync did to them; ``complete`` is False when leadership ended it early."""
 
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     archived: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
+    complete: bool = True
 
 
 def first_tick_ms(definition: Definition, now_ms: int) -> int:
@@ -36,19 +47,71 @@ def first_tick_ms(definition: Definition, now_ms: int) -> int:
     return next_tick(definition.spec, now_ms)
 
 
-def sync_definitions(store: Store, definitions: Sequence[Definition], now_ms: int) -> SyncReport:
-    """Make the store's config-sourced schedules match ``definitions``."""
+def differences(
+    definitions: Sequence[Definition], stored: Sequence[StoredDigest], now_ms: int
+) -> tuple[list[ConfigChange], SyncReport]:
+    """The changes to write, and the report of what needs none (unchanged, ignored)."""
     report = SyncReport()
-    for definition in definitions:
-        existing = store.get(definition.name)
-        if existing is not None and existing.source is Source.API:
+    rows = {name_key(digest.name): digest for digest in stored}
+    wanted = {name_key(d.name): d for d in definitions}  # a later duplicate wins, as in a dict
+    changes: list[ConfigChange] = []
+    for key, definition in wanted.items():
+        row = rows.get(key)
+        if row is not None and row.source is Source.API:
             report.ignored.append(definition.name)
-            continue
-        result = store.upsert(definition, Source.CONFIG, first_tick_ms(definition, now_ms), now_ms)
-        getattr(report, result.status).append(definition.name)
-    report.archived = store.archive_missing([d.name for d in definitions], Source.CONFIG, now_ms)
+        elif (
+            row is not None
+            and row.state is not ScheduleState.ARCHIVED
+            and row.definition_hash == definition.definition_hash()
+        ):
+            report.unchanged.append(definition.name)
+        else:
+            changes.append(
+                ConfigChange(definition.name, definition, first_tick_ms(definition, now_ms))
+            )
+    changes.extend(
+        ConfigChange(row.name)
+        for key, row in sorted(rows.items())
+        if row.source is Source.CONFIG
+        and row.state is not ScheduleState.ARCHIVED
+        and key not in wanted
+    )
+    return changes, report
+
+
+def sync_definitions(
+    store: Store,
+    definitions: Sequence[Definition],
+    now_ms: int,
+    *,
+    epoch: int | None = None,
+    renew: Callable[[], bool] | None = None,
+    batch_size: int = SYNC_BATCH,
+) -> SyncReport:
+    """Make the store's config-sourced schedules match ``definitions``.
+
+    ``epoch`` fences every write (beat passes its own); None takes the store's newest, for a
+    one-off sync outside any election (tests, ``FrozenBeat``). ``renew`` is called before each
+    batch and returns whether this beat still leads under that epoch; False stops the sync with
+    ``complete`` False, to be run again by the next leader round.
+    """
+    if epoch is None:
+        epoch = store.leader_info().epoch
+    changes, report = differences(definitions, store.definition_digests(), now_ms)
+    for batch in iter_chunks(changes, batch_size):
+        if renew is not None and not renew():
+            report.complete = False
+            break
+        for result in store.sync_config(batch, epoch, now_ms):
+            getattr(report, result.status).append(result.name)
+    _log(report)
+    return report
+
+
+def _log(report: SyncReport) -> None:
     log.info(
-        "config sync: %d created, %d updated, %d unchanged, %d archived, %d ignored",
+        "config sync%s: %d created, %d updated, %d unchanged, %d archived, %d ignored",
+        "" if report.complete else " stopped (leadership ended)",
         len(report.created),
         len(report.updated),
         len(report.unchanged),
@@ -63,4 +126,3 @@ def sync_definitions(store: Store, definitions: Sequence[Definition], now_ms: in
             name,
             extra={"action": Action.SYNC.value, "schedule": name},
         )
-    return report

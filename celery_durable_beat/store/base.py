@@ -26,6 +26,19 @@ each one to them):
 5. **Compare-and-set advance.** ``advance`` moves a schedule only if its ``next_tick_ms`` still
    equals what the round read; otherwise that item reports ``False`` and nothing changes.
 6. **History outlives schedules.** Audit events are keyed by schedule name, not by row id.
+7. **Config sync is bulk and fenced.** ``definition_digests()`` reads every schedule's name,
+   source, state and definition hash in one query; ``sync_config(changes, epoch, now_ms)``
+   applies a batch of differences in one transaction with a constant number of statements,
+   whatever its size. Its epoch is checked under a lock on the fence that orders it against
+   ``register_epoch`` (never by a read before the write): an older epoch raises ``StaleEpoch``
+   and writes nothing. Each change is decided against the row as it is inside that transaction,
+   by ``decide_change``: an API-owned row is ``ignored``; an unchanged, non-archived one moves
+   nothing; a changed one gets version + 1, ``first_tick_ms`` and failures 0; a removed one is
+   ``archived``. A re-plan that drops a tick already due (active, ``next_due_ms <= now_ms``)
+   records a ``skipped`` event with reason ``replanned`` in the same transaction.
+8. **Pruning is bounded per statement, not per schedule.** ``prune_history`` removes the surplus
+   of many schedules with one statement per ``PRUNE_CHUNK`` names, so its cost follows the
+   number of chunks, never one round trip per schedule.
 """
 
 from __future__ import annotations
@@ -36,13 +49,19 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from celery_durable_beat.exceptions import InvalidArgument
+from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import (
     Definition,
     Outcome,
+    Reason,
     ScheduleState,
     Source,
     Trigger,
 )
+from celery_durable_beat.policy import due_ms
+
+PRUNE_CHUNK = 500
+"""Schedules whose surplus history one pruning statement removes (rule 8)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +155,54 @@ class UpsertResult:
 
 
 @dataclass(frozen=True)
+class StoredDigest:
+    """What config sync reads of every stored schedule to find the differences (rule 7)."""
+
+    name: str
+    source: Source
+    state: ScheduleState
+    definition_hash: str
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """One difference config sync writes: a definition to create or update, or (``definition``
+    None) a config schedule to archive because it left the config."""
+
+    name: str
+    definition: Definition | None = None
+    first_tick_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class SyncRow:
+    """A schedule row as ``sync_config`` finds it inside its transaction."""
+
+    id: int
+    name: str
+    source: Source
+    state: ScheduleState
+    definition_hash: str
+    version: int
+    next_tick_ms: int | None
+    next_due_ms: int | None
+    enabled: bool
+
+
+@dataclass(frozen=True)
+class SyncDecision:
+    """What ``sync_config`` does to one row: ``status`` is created, updated, unchanged, archived
+    or ignored; ``values`` the columns to write (None: nothing); ``dropped`` the ``replanned``
+    record of a due tick the re-plan drops."""
+
+    name: str
+    status: str
+    version: int
+    values: dict[str, Any] | None = None
+    dropped: AuditEvent | None = None
+
+
+@dataclass(frozen=True)
 class LeaderInfo:
     """The store's view of leadership: the store lease row, or the epoch a Redis lease set."""
 
@@ -209,6 +276,14 @@ class Store(Protocol):
     def archive_missing(self, keep_names: Sequence[str], source: Source, now_ms: int) -> list[str]:
         """Archive every non-archived schedule of ``source`` whose name is not in ``keep_names``."""
 
+    def definition_digests(self) -> list[StoredDigest]:
+        """Name, source, state and definition hash of every schedule, in one read (rule 7)."""
+
+    def sync_config(
+        self, changes: Sequence[ConfigChange], epoch: int, now_ms: int
+    ) -> list[UpsertResult]:
+        """Apply one batch of config differences, fenced (rule 7); one result per change."""
+
     def set_state(
         self,
         name: str,
@@ -231,7 +306,8 @@ class Store(Protocol):
         """The ``enqueued`` record of a task id, if any (manual-run idempotency)."""
 
     def prune_history(self, names: Sequence[str], keep: int) -> int:
-        """Keep the newest ``keep`` events of each named schedule; return how many were removed."""
+        """Keep the newest ``keep`` events of each named schedule; return how many were removed
+        (one statement per ``PRUNE_CHUNK`` names, rule 8)."""
 
     # -- status -------------------------------------------------------------------------------
     def counts_by_state(self) -> dict[str, int]:
@@ -269,3 +345,68 @@ def check_advances(advances: Sequence[Advance]) -> None:
                 f"schedule id {item.schedule_id}: next_due_ms must be set exactly when the "
                 f"state is active; got state {item.state.value} and next_due_ms {item.next_due_ms}"
             )
+
+
+def check_changes(changes: Sequence[ConfigChange]) -> list[str]:
+    """The keys of a batch of config changes; refuse a batch naming one schedule twice."""
+    keys = [name_key(change.name) for change in changes]
+    if len(set(keys)) != len(keys):
+        raise InvalidArgument("a batch of config changes names one schedule twice")
+    return keys
+
+
+def plan_values(definition: Definition, first_tick_ms: int) -> dict[str, Any]:
+    """State, next tick, due instant and failures of a created, changed or re-activated row."""
+    active = definition.enabled
+    return {
+        "state": ScheduleState.ACTIVE if active else ScheduleState.PAUSED,
+        "next_tick_ms": first_tick_ms,
+        "next_due_ms": due_ms(definition.name, definition, first_tick_ms) if active else None,
+        "failures": 0,
+    }
+
+
+def decide_change(row: SyncRow | None, change: ConfigChange, now_ms: int) -> SyncDecision:
+    """Rule 7 for one change, the same on every backend (``upsert``'s rules, plus the
+    ``replanned`` record): config never touches an API row; an archived, otherwise unchanged
+    row comes back at its version; an operator's pause survives a change unless the change is
+    to ``enabled`` itself."""
+    definition = change.definition
+    if definition is None:
+        if row is None or row.source is not Source.CONFIG or row.state is ScheduleState.ARCHIVED:
+            return SyncDecision(change.name, "unchanged", 0 if row is None else row.version)
+        values = {"state": ScheduleState.ARCHIVED, "next_tick_ms": None, "next_due_ms": None}
+        return SyncDecision(row.name, "archived", row.version, {**values, "failures": 0})
+    if change.first_tick_ms is None:
+        raise InvalidArgument(f"config change of {change.name!r} has a definition but no tick")
+    values = plan_values(definition, change.first_tick_ms)
+    if row is None:
+        return SyncDecision(definition.name, "created", 1, values)
+    if row.source is Source.API:
+        return SyncDecision(row.name, "ignored", row.version)
+    archived = row.state is ScheduleState.ARCHIVED
+    same = row.definition_hash == definition.definition_hash()
+    if same and not archived:
+        return SyncDecision(row.name, "unchanged", row.version)
+    if row.state is ScheduleState.PAUSED and row.enabled == definition.enabled:
+        values.update(state=ScheduleState.PAUSED, next_due_ms=None)
+    version = row.version if same else row.version + 1
+    return SyncDecision(definition.name, "updated", version, values, _dropped(row, now_ms))
+
+
+def _dropped(row: SyncRow, now_ms: int) -> AuditEvent | None:
+    """The ``replanned`` record of a due tick that a re-plan replaces (SPEC §3)."""
+    if row.state is not ScheduleState.ACTIVE or row.next_tick_ms is None:
+        return None
+    if row.next_due_ms is None or row.next_due_ms > now_ms:
+        return None
+    return AuditEvent(
+        schedule=row.name,
+        tick_ms=row.next_tick_ms,
+        task_id=None,
+        trigger=Trigger.AUTO,
+        outcome=Outcome.SKIPPED,
+        reason=Reason.REPLANNED.value,
+        version=row.version,
+        detail={"count": 1},
+    )

@@ -38,12 +38,16 @@ from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source
 from celery_durable_beat.store.base import (
     Advance,
     AuditEvent,
+    ConfigChange,
     DueSchedule,
     LeaderInfo,
     ScheduleRecord,
+    StoredDigest,
     StoredEvent,
     UpsertResult,
     check_advances,
+    check_changes,
+    decide_change,
 )
 from celery_durable_beat.store.memory_rows import (
     Fence,
@@ -227,6 +231,34 @@ class MemoryStore:
             for row in gone:
                 row.set_state(ScheduleState.ARCHIVED, None, None, now_ms)
             return sorted(row.name for row in gone)
+
+    def definition_digests(self) -> list[StoredDigest]:
+        with self._lock:
+            rows = list(self._rows.values())
+        return [StoredDigest(r.name, r.source, r.state, r.definition_hash) for r in rows]
+
+    def sync_config(
+        self, changes: Sequence[ConfigChange], epoch: int, now_ms: int
+    ) -> list[UpsertResult]:
+        """Rule 7 under the store's one lock: fence first, decide every change, then write."""
+        keys = [storable_key(change.name) for change in changes]
+        check_changes(changes)
+        with self._lock:
+            self._check_fence(epoch)
+            found = [self._rows.get(key) for key in keys]
+            decisions = [
+                decide_change(None if row is None else row.sync_row(), change, now_ms)
+                for row, change in zip(found, changes, strict=True)
+            ]
+            for key, row, change, decision in zip(keys, found, changes, decisions, strict=True):
+                if decision.status == "created" and change.definition is not None:
+                    self.upsert(change.definition, Source.CONFIG, change.first_tick_ms or 0, now_ms)
+                    self._rows[key].epoch = epoch
+                elif row is not None and decision.values is not None:
+                    row.apply_sync(change, decision, epoch, now_ms)
+                if decision.dropped is not None:
+                    self._insert_events(self._stamp([decision.dropped], epoch))
+        return [UpsertResult(d.name, d.status, d.version) for d in decisions]
 
     def set_state(
         self,

@@ -19,9 +19,12 @@ from celery_durable_beat.policy import dispatch_offset_ms
 from celery_durable_beat.store.base import (
     Advance,
     AuditEvent,
+    ConfigChange,
     DueSchedule,
     ScheduleRecord,
     StoredEvent,
+    SyncDecision,
+    SyncRow,
 )
 from celery_durable_beat.store.tables import NAME_LENGTH
 
@@ -149,6 +152,31 @@ class Row:
         self.state = item.state
         self.epoch = epoch
         self.updated_at_ms = now_ms
+
+    def sync_row(self) -> SyncRow:
+        """The row as ``decide_change`` judges it (store rule 7)."""
+        return SyncRow(
+            id=self.id,
+            name=self.name,
+            source=self.source,
+            state=self.state,
+            definition_hash=self.definition_hash,
+            version=self.version,
+            next_tick_ms=self.next_tick_ms,
+            next_due_ms=self.next_due_ms,
+            enabled=self.definition.enabled,
+        )
+
+    def apply_sync(
+        self, change: ConfigChange, decision: SyncDecision, epoch: int, now_ms: int
+    ) -> None:
+        """Write an ``updated`` or ``archived`` decision of config sync onto this row."""
+        values = decision.values or {}
+        if change.definition is not None:
+            stored = Definition.from_json(change.definition.name, change.definition.to_json())
+            self.replace(stored, stored.definition_hash(), decision.version, now_ms)
+        self.set_state(values["state"], values["next_tick_ms"], values["next_due_ms"], now_ms)
+        self.epoch = epoch
 
     def due(self) -> DueSchedule:
         assert self.next_tick_ms is not None

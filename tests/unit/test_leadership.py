@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from celery_durable_beat.beat_loop import BACKOFF_MAX_S, PRUNE_EVERY_MS, BeatLoop
+from celery_durable_beat.beat_loop import BACKOFF_MAX_S, PRUNE_BUDGET, PRUNE_EVERY_MS, BeatLoop
 from celery_durable_beat.dispatch import RoundStats
 from celery_durable_beat.exceptions import (
     LeaseError,
@@ -25,7 +25,7 @@ from celery_durable_beat.exceptions import (
 from celery_durable_beat.leadership import EXPIRY_MARGIN_S, Leadership
 from celery_durable_beat.lease.base import LEASE_SAFETY, LeaseStatus
 from celery_durable_beat.model import Action, Outcome, Trigger
-from celery_durable_beat.store.base import AuditEvent
+from celery_durable_beat.store.base import PRUNE_CHUNK, AuditEvent
 
 pytestmark = pytest.mark.unit
 
@@ -95,7 +95,7 @@ class FakeStore:
     due_ms: int | None = None
     epochs: list[int] = field(default_factory=list)
     pruned: list[tuple[list[str], int]] = field(default_factory=list)
-    archive_calls: int = 0
+    sync_calls: int = 0
     schema_error: Exception | None = None
     due_error: Exception | None = None
 
@@ -114,8 +114,11 @@ class FakeStore:
             raise self.due_error
         return self.now_ms_value, self.due_ms
 
-    def archive_missing(self, names: list[str], source: Any, now_ms: int) -> list[str]:
-        self.archive_calls += 1
+    def definition_digests(self) -> list[Any]:
+        self.sync_calls += 1
+        return []
+
+    def sync_config(self, changes: list[Any], epoch: int, now_ms: int) -> list[Any]:
         return []
 
     def prune_history(self, names: list[str], keep: int) -> int:
@@ -137,14 +140,18 @@ class FakeDispatcher:
         self.error: Exception | None = None
         self.broker_down = False
         self.epochs: list[int] = []
+        self.names = ["s"]  # the schedules each round records an event for
 
     def run_round(self, now_ms: int, epoch: int) -> RoundStats:
         if self.error is not None:
             raise self.error
         self.epochs.append(epoch)
-        event = AuditEvent("s", now_ms, "s@x", Trigger.AUTO, Outcome.ENQUEUED, version=1)
+        events = [
+            AuditEvent(name, now_ms, f"{name}@x", Trigger.AUTO, Outcome.ENQUEUED, version=1)
+            for name in self.names
+        ]
         self.store.due_ms = now_ms + 10_000  # the schedule advanced
-        return RoundStats(claimed=1, broker_unavailable=self.broker_down, events=[event])
+        return RoundStats(claimed=1, broker_unavailable=self.broker_down, events=events)
 
 
 @pytest.fixture
@@ -331,7 +338,7 @@ def test_config_sync_runs_once_per_epoch(
     lease.answers = [leads(1), leads(1), leads(2)]
     for _ in range(3):
         loop.round()
-    assert store.archive_calls == 2
+    assert store.sync_calls == 2
 
 
 def test_no_config_sync_when_it_is_off(
@@ -340,7 +347,7 @@ def test_no_config_sync_when_it_is_off(
     off = BeatLoop(store, dispatcher, leadership, definitions=None, history_keep=7)
     lease.answers = [leads()]
     off.round()
-    assert store.archive_calls == 0
+    assert store.sync_calls == 0
 
 
 def test_a_standby_never_dispatches(
@@ -349,7 +356,7 @@ def test_a_standby_never_dispatches(
     lease.answers = [stands_by(remaining_ms=100)]
     store.due_ms = store.now_ms_value - 1
     assert loop.round() == pytest.approx(0.1 + EXPIRY_MARGIN_S)
-    assert dispatcher.epochs == [] and store.archive_calls == 0
+    assert dispatcher.epochs == [] and store.sync_calls == 0
 
 
 def test_due_work_is_dispatched_at_the_leader_s_epoch_and_pruned(
@@ -360,6 +367,33 @@ def test_due_work_is_dispatched_at_the_leader_s_epoch_and_pruned(
     store.now_ms_value += PRUNE_EVERY_MS
     assert loop.round() == 1.0
     assert dispatcher.epochs == [4] and store.pruned == [(["s"], 7)]
+
+
+def test_pruning_waits_for_a_burst_to_end_and_spends_a_bounded_slice_of_the_ttl(
+    loop: BeatLoop,
+    lease: ScriptedLease,
+    store: FakeStore,
+    dispatcher: FakeDispatcher,
+    clock: ManualClock,
+) -> None:
+    lease.answers = [leads()]
+    dispatcher.names = [f"s{i:04d}" for i in range(3 * PRUNE_CHUNK)]
+    dispatcher.batch_size = 1  # every round claims a full batch: a burst goes on
+    store.due_ms = store.now_ms_value
+    store.now_ms_value += PRUNE_EVERY_MS
+    assert loop.round() == 0.0 and store.pruned == []  # never inside a burst
+
+    def slow_prune(names: list[str], keep: int) -> int:
+        clock.mono += TTL * PRUNE_BUDGET * 0.6  # each statement takes 60 % of the budget
+        store.pruned.append((names, keep))
+        return 0
+
+    store.prune_history = slow_prune  # type: ignore[method-assign]
+    assert loop.round() == 1.0  # idle now: a pass starts, and stops when its budget is spent
+    assert [len(names) for names, _ in store.pruned] == [PRUNE_CHUNK, PRUNE_CHUNK]
+    loop.round()  # the next quiet round finishes the pass
+    assert [len(names) for names, _ in store.pruned] == [PRUNE_CHUNK] * 3
+    assert sorted(n for names, _ in store.pruned for n in names) == dispatcher.names
 
 
 def test_failures_back_off_doubling_up_to_a_third_of_the_ttl(

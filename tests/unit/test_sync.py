@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from celery_durable_beat.model import ScheduleState, Source
+from celery_durable_beat.exceptions import StaleEpoch
+from celery_durable_beat.model import Outcome, Reason, ScheduleState, Source
 from celery_durable_beat.schedules.validate import validate_entries
 from celery_durable_beat.store.base import Store
 from celery_durable_beat.sync import sync_definitions
@@ -81,3 +82,48 @@ def test_an_operator_pause_survives_a_changed_definition(store: Store) -> None:
     sync_definitions(store, validate_entries({"p": {**entry, "args": [1], "enabled": False}}), T0)
     sync_definitions(store, validate_entries({"p": {**entry, "args": [1], "enabled": True}}), T0)
     assert store.get("p").state is ScheduleState.ACTIVE  # config toggled enabled: config wins
+
+
+def test_sync_writes_in_batches_renewing_before_each_and_stops_without_the_lease(
+    store: Store,
+) -> None:
+    wanted = validate_entries(
+        {f"s{i:03d}": {"task": "t", "schedule": "@every 60s"} for i in range(25)}
+    )
+    answers = [True, True, False]
+    calls: list[int] = []
+
+    def renew() -> bool:
+        calls.append(len(store.list_schedules()))  # what was written before this renewal
+        return answers[len(calls) - 1]
+
+    report = sync_definitions(store, wanted, T0, epoch=0, renew=renew, batch_size=10)
+    assert calls == [0, 10, 20] and not report.complete
+    assert len(report.created) == 20 and len(store.list_schedules()) == 20
+    report = sync_definitions(store, wanted, T0, epoch=0, renew=lambda: True, batch_size=10)
+    assert report.complete and len(report.created) == 5 and len(report.unchanged) == 20
+
+
+def test_a_sync_under_a_superseded_epoch_is_refused(store: Store) -> None:
+    store.register_epoch(7)
+    with pytest.raises(StaleEpoch):
+        sync_definitions(
+            store, validate_entries({"a": {"task": "t", "schedule": "@every 5s"}}), T0, epoch=6
+        )
+    assert store.get("a") is None
+
+
+def test_a_changed_definition_dropping_a_due_tick_records_replanned(store: Store) -> None:
+    entry = {"task": "t", "schedule": "@every 60s"}
+    sync_definitions(store, validate_entries({"job": entry}), T0)
+    due = store.get("job")
+    assert due is not None and due.next_tick_ms is not None
+    later = due.next_tick_ms + 5_000  # due, and beat was down: nothing dispatched it
+    report = sync_definitions(store, validate_entries({"job": {**entry, "args": [1]}}), later)
+    assert report.updated == ["job"]
+    [event] = store.history("job", limit=5)
+    assert (event.outcome, event.reason, event.tick_ms) == (
+        Outcome.SKIPPED,
+        Reason.REPLANNED.value,
+        due.next_tick_ms,
+    )

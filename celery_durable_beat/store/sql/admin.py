@@ -1,8 +1,9 @@
 """Control-plane queries of the SQL store: definitions, state changes, history, status.
 
-These run a handful of times per sync or per operator action, never per tick, so they favour
-plain, obviously-correct statements over batching. Each function takes the connection of a
-transaction its caller (``SqlStore``) opened; none of them commits.
+Operator actions run a handful of times, never per tick, so they favour plain, obviously-correct
+statements. Config sync and pruning are the exceptions that scale with the number of schedules:
+each works in batches of a constant number of statements (store rules 7 and 8). Each function
+takes the connection of a transaction its caller (``SqlStore``) opened; none of them commits.
 """
 
 from __future__ import annotations
@@ -10,14 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import and_, case, delete, func, select, update
 from sqlalchemy.engine import Connection, Row
 
 from celery_durable_beat.exceptions import InvalidArgument, ScheduleNotFound
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
 from celery_durable_beat.policy import due_ms
-from celery_durable_beat.store.base import ScheduleRecord, StoredEvent, UpsertResult, iter_chunks
+from celery_durable_beat.store.base import (
+    PRUNE_CHUNK,
+    ScheduleRecord,
+    StoredEvent,
+    UpsertResult,
+    iter_chunks,
+)
 from celery_durable_beat.store.sql.engine import IN_CHUNK, insert_into
 from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs, schedules
 
@@ -297,43 +304,50 @@ _NO_TICK = 2**62
 
 
 def prune_history(conn: Connection, names: Sequence[str], keep: int) -> int:
-    """One DELETE per schedule below the id of its ``keep``-th newest event.
+    """One DELETE per ``PRUNE_CHUNK`` schedules, below each one's ``keep``-th newest event.
 
     Two kinds of record survive whatever ``keep`` says, because the round relies on them: the
     newest automatic ``enqueued`` record (the overlap gate finds the previous run through it), and
     every record at or after the schedule's next tick (the dedup proof of a tick whose advance has
-    not landed yet).
+    not landed yet). A window over each schedule's records (the ``(schedule_key, id)`` index)
+    ranks them, so one statement settles hundreds of schedules.
     """
     if keep < 0:
         raise InvalidArgument(f"keep must be 0 or more; got {keep}")
     removed = 0
-    for key in sorted({name_key(name) for name in names}):
-        result = conn.execute(delete(audit).where(*_prunable(key, keep)))
+    for chunk in iter_chunks(sorted({name_key(name) for name in names}), PRUNE_CHUNK):
+        result = conn.execute(delete(audit).where(audit.c.id.in_(_prunable(list(chunk), keep))))
         removed += result.rowcount
     return removed
 
 
-def _prunable(key: str, keep: int) -> list[Any]:
-    own = audit.c.schedule_key == key
-    newest_enqueued = (
-        select(func.max(audit.c.id))
-        .where(own, ENQUEUED, audit.c.trigger == Trigger.AUTO.value)
-        .scalar_subquery()
+def _prunable(keys: list[str], keep: int) -> Any:
+    """The ids of the chunk's surplus records, in one SELECT (see ``prune_history``)."""
+    own = audit.c.schedule_key
+    auto_enqueued = and_(ENQUEUED, audit.c.trigger == Trigger.AUTO.value)
+    ranked = (
+        select(
+            audit.c.id,
+            audit.c.tick_ms,
+            own.label("key"),
+            func.row_number().over(partition_by=own, order_by=audit.c.id.desc()).label("rank"),
+            func.max(case((auto_enqueued, audit.c.id), else_=None))
+            .over(partition_by=own)
+            .label("newest_enqueued"),
+        )
+        .where(own.in_(keys))
+        .subquery("ranked")
     )
-    next_tick = (
-        select(schedules.c.next_tick_ms).where(schedules.c.name_key == key).scalar_subquery()
+    next_tick = func.coalesce(schedules.c.next_tick_ms, _NO_TICK)
+    return (
+        select(ranked.c.id)
+        .select_from(ranked.outerjoin(schedules, schedules.c.name_key == ranked.c.key))
+        .where(
+            ranked.c.rank > keep,
+            ranked.c.id != func.coalesce(ranked.c.newest_enqueued, -1),
+            ranked.c.tick_ms < next_tick,
+        )
     )
-    conditions = [
-        own,
-        audit.c.id != func.coalesce(newest_enqueued, -1),
-        audit.c.tick_ms < func.coalesce(next_tick, _NO_TICK),
-    ]
-    if keep > 0:
-        threshold = (
-            select(audit.c.id).where(own).order_by(audit.c.id.desc()).offset(keep - 1).limit(1)
-        ).scalar_subquery()
-        conditions.append(audit.c.id < threshold)
-    return conditions
 
 
 def counts_by_state(conn: Connection) -> dict[str, int]:

@@ -23,14 +23,17 @@ from celery_durable_beat.model import Definition, ScheduleState, Source
 from celery_durable_beat.store.base import (
     Advance,
     AuditEvent,
+    ConfigChange,
     DueSchedule,
     LeaderInfo,
     ScheduleRecord,
+    StoredDigest,
     StoredEvent,
     UpsertResult,
     check_advances,
 )
 from celery_durable_beat.store.sql import admin as sql_admin
+from celery_durable_beat.store.sql import config_sync as sql_sync
 from celery_durable_beat.store.sql import round as sql_round
 from celery_durable_beat.store.sql import schema as sql_schema
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, limit_idle
@@ -145,6 +148,19 @@ class SqlStore(LazyEngine):
 
     def archive_missing(self, keep_names: Sequence[str], source: Source, now_ms: int) -> list[str]:
         return self._write(lambda conn: sql_admin.archive_missing(conn, keep_names, source, now_ms))
+
+    def definition_digests(self) -> list[StoredDigest]:
+        return self._read(sql_sync.definition_digests)
+
+    def sync_config(
+        self, changes: Sequence[ConfigChange], epoch: int, now_ms: int
+    ) -> list[UpsertResult]:
+        if not changes:
+            return []
+        with self._tx() as conn:
+            if self._postgres and self._stall_timeout_ms is not None:
+                limit_idle(conn, self._stall_timeout_ms)  # a frozen leader frees the fence lock
+            return sql_sync.sync_config(conn, changes, epoch, now_ms)
 
     def set_state(
         self,

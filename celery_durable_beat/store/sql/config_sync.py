@@ -1,0 +1,257 @@
+"""Config sync's statements on SQL (store rule 7): one read to diff, then fenced batches.
+
+A batch is one transaction of a constant number of statements whatever its size: the fence
+lock, one SELECT of the batch's rows, one INSERT for the new ones, one UPDATE (executemany) for
+the changed ones, one UPDATE for the archived ones and one INSERT of ``replanned`` records.
+
+Fencing: the first statement is an UPDATE of the fence row that matches only while the row's
+epoch is not newer than the writer's. It takes the row's lock, so ``register_epoch`` (an UPDATE
+of the same row) waits for this batch to commit, and a bump that committed first makes it match
+nothing: the check and the write are ordered by the lock, not by a read before the write.
+The lock is held for one batch (a few hundred rows), and the caller bounds how long a frozen
+leader can hold it (``limit_idle``), so a new leader is never stalled for long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import JSON, bindparam, select, update
+from sqlalchemy.engine import Connection
+
+from celery_durable_beat.exceptions import InvalidArgument, StaleEpoch
+from celery_durable_beat.ids import name_key
+from celery_durable_beat.model import ScheduleState, Source
+from celery_durable_beat.store.base import (
+    ConfigChange,
+    StoredDigest,
+    SyncDecision,
+    SyncRow,
+    UpsertResult,
+    check_changes,
+    decide_change,
+)
+from celery_durable_beat.store.sql.engine import insert_into
+from celery_durable_beat.store.tables import FENCE_ID, NAME_LENGTH, audit, fence, schedules
+
+
+def definition_digests(conn: Connection) -> list[StoredDigest]:
+    """Rule 7's one read: four narrow columns of every row, never the definitions themselves."""
+    query = select(
+        schedules.c.name, schedules.c.source, schedules.c.state, schedules.c.definition_hash
+    )
+    return [
+        StoredDigest(row.name, Source(row.source), ScheduleState(row.state), row.definition_hash)
+        for row in conn.execute(query)
+    ]
+
+
+def lock_fence(conn: Connection, epoch: int) -> None:
+    """Hold the fence row for this transaction, or raise StaleEpoch if a newer epoch is in it."""
+    matched = conn.execute(
+        update(fence)
+        .where(fence.c.id == FENCE_ID, fence.c.epoch <= epoch)
+        .values(epoch=fence.c.epoch)
+    ).rowcount
+    if matched:
+        return
+    newest = conn.execute(select(fence.c.epoch).where(fence.c.id == FENCE_ID)).scalar()
+    if newest is None:
+        return  # no fence row (hand-made schema): epoch 0, as everywhere else
+    raise StaleEpoch(
+        f"config sync carried fencing epoch {epoch}, older than {newest}, the newest this store "
+        "has seen: another beat leads now"
+    )
+
+
+def sync_config(
+    conn: Connection, changes: Sequence[ConfigChange], epoch: int, now_ms: int
+) -> list[UpsertResult]:
+    """Apply one batch of config differences (rule 7); see the module docstring."""
+    keys = check_changes(changes)
+    for change, key in zip(changes, keys, strict=True):
+        if not change.name or max(len(key), len(change.name)) > NAME_LENGTH:
+            raise InvalidArgument(
+                f"schedule name {change.name!r} must have 1 to {NAME_LENGTH} characters"
+            )
+    lock_fence(conn, epoch)
+    rows = _rows(conn, keys)
+    decisions = [
+        decide_change(rows.get(key), change, now_ms)
+        for change, key in zip(changes, keys, strict=True)
+    ]
+    stamp = {"epoch": epoch, "updated_at_ms": now_ms}
+    created = _insert(conn, changes, keys, decisions, stamp)
+    _update(conn, changes, keys, rows, decisions, stamp)
+    _record_dropped(conn, decisions, epoch, now_ms)
+    # A row created between the read and the insert can only be the API's (config rows are
+    # written under the fence): config leaves it alone.
+    return [
+        UpsertResult(d.name, "ignored" if _lost(d, key, created) else d.status, d.version)
+        for d, key in zip(decisions, keys, strict=True)
+    ]
+
+
+def _lost(decision: SyncDecision, key: str, created: set[str]) -> bool:
+    return decision.status == "created" and key not in created
+
+
+def _rows(conn: Connection, keys: Sequence[str]) -> dict[str, SyncRow]:
+    """The batch's rows as they are now, locked on PostgreSQL (SQLite's write lock covers it)."""
+    query = select(
+        schedules.c.id,
+        schedules.c.name,
+        schedules.c.name_key,
+        schedules.c.source,
+        schedules.c.state,
+        schedules.c.definition_hash,
+        schedules.c.version,
+        schedules.c.next_tick_ms,
+        schedules.c.next_due_ms,
+        schedules.c.definition,
+    ).where(schedules.c.name_key.in_(list(keys)))
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    found: dict[str, SyncRow] = {}
+    for row in conn.execute(query):
+        found[row.name_key] = SyncRow(
+            id=row.id,
+            name=row.name,
+            source=Source(row.source),
+            state=ScheduleState(row.state),
+            definition_hash=row.definition_hash,
+            version=row.version,
+            next_tick_ms=row.next_tick_ms,
+            next_due_ms=row.next_due_ms,
+            enabled=bool((row.definition or {}).get("enabled", True)),
+        )
+    return found
+
+
+def _columns(values: dict[str, Any]) -> dict[str, Any]:
+    """Decision values as column values (enums stored as their value)."""
+    return {name: getattr(value, "value", value) for name, value in values.items()}
+
+
+def _insert(
+    conn: Connection,
+    changes: Sequence[ConfigChange],
+    keys: Sequence[str],
+    decisions: Sequence[SyncDecision],
+    stamp: dict[str, Any],
+) -> set[str]:
+    """One INSERT of every new row; the keys it created (a conflicting one is left alone)."""
+    rows = [
+        {
+            "name": change.definition.name,
+            "name_key": key,
+            "definition": change.definition.to_json(),
+            "definition_hash": change.definition.definition_hash(),
+            "version": 1,
+            "source": Source.CONFIG.value,
+            "created_at_ms": stamp["updated_at_ms"],
+            **stamp,
+            **_columns(decision.values or {}),
+        }
+        for change, key, decision in zip(changes, keys, decisions, strict=True)
+        if decision.status == "created" and change.definition is not None
+    ]
+    if not rows:
+        return set()
+    # A plain executemany (pipelined by psycopg), not a multi-VALUES INSERT … RETURNING, whose
+    # one-off query text psycopg would parse at a cost that grows with the batch.
+    stmt = insert_into(schedules, conn.dialect.name).on_conflict_do_nothing(
+        index_elements=[schedules.c.name_key]
+    )
+    inserted = conn.execute(stmt, rows).rowcount
+    wanted = {row["name_key"] for row in rows}
+    if inserted == len(rows):
+        return wanted
+    taken = select(schedules.c.name_key).where(
+        schedules.c.name_key.in_(list(wanted)), schedules.c.source == Source.API.value
+    )
+    return wanted - set(conn.execute(taken).scalars())
+
+
+_CHANGED = (
+    update(schedules)
+    .where(schedules.c.id == bindparam("s_id"))
+    .values(
+        name=bindparam("s_name"),
+        definition=bindparam("s_definition", type_=JSON()),
+        definition_hash=bindparam("s_hash"),
+        version=bindparam("s_version"),
+        state=bindparam("s_state"),
+        next_tick_ms=bindparam("s_next_tick_ms"),
+        next_due_ms=bindparam("s_next_due_ms"),
+        failures=bindparam("s_failures"),
+        epoch=bindparam("s_epoch"),
+        updated_at_ms=bindparam("s_updated_at_ms"),
+    )
+)
+
+
+def _update(
+    conn: Connection,
+    changes: Sequence[ConfigChange],
+    keys: Sequence[str],
+    rows: dict[str, SyncRow],
+    decisions: Sequence[SyncDecision],
+    stamp: dict[str, Any],
+) -> None:
+    """One UPDATE (executemany) of the changed rows and one of the archived ones."""
+    changed: list[dict[str, Any]] = []
+    archived: list[int] = []
+    for change, key, decision in zip(changes, keys, decisions, strict=True):
+        if decision.status == "archived":
+            archived.append(rows[key].id)
+        elif decision.status == "updated" and change.definition is not None:
+            values = _columns({**(decision.values or {}), **stamp})
+            changed.append(
+                {
+                    "s_id": rows[key].id,
+                    "s_name": change.definition.name,
+                    "s_definition": change.definition.to_json(),
+                    "s_hash": change.definition.definition_hash(),
+                    "s_version": decision.version,
+                    **{f"s_{name}": value for name, value in values.items()},
+                }
+            )
+    if changed:
+        conn.execute(_CHANGED, changed)
+    if archived:
+        values = {
+            "state": ScheduleState.ARCHIVED.value,
+            "next_tick_ms": None,
+            "next_due_ms": None,
+            "failures": 0,
+            **stamp,
+        }
+        conn.execute(update(schedules).where(schedules.c.id.in_(archived)).values(values))
+
+
+def _record_dropped(
+    conn: Connection, decisions: Sequence[SyncDecision], epoch: int, now_ms: int
+) -> None:
+    """One INSERT of the ``replanned`` records, fenced by the same lock as the rows."""
+    rows = [
+        {
+            "schedule": event.schedule,
+            "schedule_key": name_key(event.schedule),
+            "tick_ms": event.tick_ms,
+            "task_id": None,
+            "trigger": event.trigger.value,
+            "outcome": event.outcome.value,
+            "reason": event.reason,
+            "lag_ms": None,
+            "version": event.version,
+            "epoch": epoch,
+            "recorded_at_ms": now_ms,
+            "detail": dict(event.detail),
+        }
+        for event in (d.dropped for d in decisions)
+        if event is not None
+    ]
+    if rows:
+        conn.execute(audit.insert(), rows)
