@@ -139,7 +139,7 @@ def _make_guarded(cls: type) -> type:
         cls.__name__,
         (cls,),
         {
-            "__trace__": trace_slot(claim_request),
+            "__trace__": trace_slot(claim_request, forget_request),
             "before_start": before_start,
             "retry": retry,
             "__module__": cls.__module__,
@@ -182,16 +182,20 @@ def cover_tasks(app: Any) -> list[str]:
 # -- one delivery ---------------------------------------------------------------------------------
 
 
-def claim_request(task: Any, request: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """Claim the tick of this delivery: the request to run it with (a copy holding the claim
-    for a tick; ``request`` itself for an ordinary task or one already claimed), or None for a
-    refused duplicate (logged, counted)."""
-    if request.get(_HELD) is not None or request.get("is_eager"):
-        return request
+_ENTERED: dict[str, Held] = {}
+"""Claims the tracer's guard took, by task id, until ``before_start`` moves each onto its task's
+request (a key added to the request itself would travel on as a custom header of retries)."""
+
+
+def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
+    """Claim the tick of this delivery (kept in ``_ENTERED``); False for a refused duplicate
+    (logged, counted); True for an ordinary task, which costs one attribute lookup."""
+    if request.get("is_eager"):
+        return True
     installed = _installation(task.app)
     origin = None if installed is None else periodic_origin(request)
     if installed is None or origin is None:
-        return request
+        return True
     task_id = str(request.get("id"))
     key = RunKey(task_id, origin.schedule, origin.tick_ms, origin.trigger.value)
     delivery = request.get("delivery_info") or {}
@@ -214,20 +218,31 @@ def claim_request(task: Any, request: Mapping[str, Any]) -> Mapping[str, Any] | 
                 "run_state": refused.state.value,
             },
         )
-        return None
-    return {**request, _HELD: held}
+        return False
+    _ENTERED[task_id] = held
+    return True
+
+
+def forget_request(request: Mapping[str, Any]) -> None:
+    """The delivery is traced: drop its claim from ``_ENTERED`` if ``before_start`` did not."""
+    _ENTERED.pop(str(request.get("id")), None)
 
 
 def enter(task: Any) -> None:
-    """The guard in ``before_start``: claim the tick unless the tracer's guard did, or refuse
-    the delivery (raises Ignore)."""
+    """The guard in ``before_start``: take over the claim the tracer's guard made, else claim
+    the tick now or refuse the delivery (raises Ignore)."""
     request = task.request
-    if getattr(request, _HELD, None) is not None:
+    if getattr(request, _HELD, None) is not None or getattr(request, "is_eager", False):
         return
-    found = claim_request(task, dict(vars(request)))
-    if found is None:
-        raise Ignore()
-    setattr(request, _HELD, found.get(_HELD))
+    held = _ENTERED.pop(str(request.id), None)
+    if held is None:
+        fields = {"id": request.id, "hostname": request.hostname, "retries": request.retries}
+        fields.update(delivery_info=request.delivery_info, **(request.headers or {}))
+        fields.update(vars(request))
+        if not claim_request(task, fields):
+            raise Ignore()
+        held = _ENTERED.pop(str(request.id), None)
+    setattr(request, _HELD, held)
 
 
 def retrying(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:

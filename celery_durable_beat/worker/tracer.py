@@ -31,9 +31,11 @@ from celery import states
 from celery.app.trace import ExceptionInfo, TraceInfo, trace_ok_t  # billiard's, untyped
 from celery.exceptions import Ignore
 
-Claim = Callable[[Any, Mapping[str, Any]], "Mapping[str, Any] | None"]
-"""``claim(task, request)``: the request to trace (a copy holding the claim when the delivery is
-a tick), or None when the delivery is a refused duplicate (logged and counted by the claim)."""
+Claim = Callable[[Any, Mapping[str, Any]], bool]
+"""``claim(task, request)``: False when the delivery is a refused duplicate (logged and counted
+by the claim); True to trace it (the claim of a tick is kept aside for the task's request)."""
+Forget = Callable[[Mapping[str, Any]], None]
+"""``forget(request)``: drop what ``claim`` kept aside for this delivery, once it is traced."""
 
 _TRACER = "_durable_beat_tracer"
 """Where a guarded task instance keeps its wrapped tracer."""
@@ -48,14 +50,20 @@ def declined() -> Any:
         return trace_ok_t(ExceptionInfo(internal=True), TraceInfo(states.IGNORED, exc), 0.0, None)
 
 
-def guarded_tracer(task: Any, tracer: Callable[..., Any], claim: Claim) -> Callable[..., Any]:
-    """``tracer`` behind the guard: a refused delivery never reaches it."""
+def guarded_tracer(
+    task: Any, tracer: Callable[..., Any], claim: Claim, forget: Forget
+) -> Callable[..., Any]:
+    """``tracer`` behind the guard: a refused delivery never reaches it. (The request itself is
+    left as it is: every key in it becomes a custom header of a retry message.)"""
 
     def trace(uuid: str, args: Any, kwargs: Any, request: Mapping[str, Any] | None = None) -> Any:
-        found = claim(task, request or {})
-        if found is None:
+        request = request or {}
+        if not claim(task, request):
             return declined()
-        return tracer(uuid, args, kwargs, found)
+        try:
+            return tracer(uuid, args, kwargs, request)
+        finally:
+            forget(request)
 
     trace.__wrapped__ = tracer  # type: ignore[attr-defined]
     return trace
@@ -66,7 +74,7 @@ class TraceSlot(property):
     the class as guarded."""
 
 
-def trace_slot(claim: Claim) -> TraceSlot:
+def trace_slot(claim: Claim, forget: Forget) -> TraceSlot:
     """A ``__trace__`` that wraps every tracer set on an instance with ``claim``."""
 
     def get(task: Any) -> Any:
@@ -74,12 +82,13 @@ def trace_slot(claim: Claim) -> TraceSlot:
         if found is None and task.__dict__.get("__trace__") is not None:
             # Built before the class was moved under the guard (``cover_tasks``): wrap it now.
             found = task.__dict__[_TRACER] = guarded_tracer(
-                task, task.__dict__.pop("__trace__"), claim
+                task, task.__dict__.pop("__trace__"), claim, forget
             )
         return found
 
     def set_(task: Any, tracer: Callable[..., Any] | None) -> None:
         task.__dict__.pop("__trace__", None)
-        task.__dict__[_TRACER] = None if tracer is None else guarded_tracer(task, tracer, claim)
+        wrapped = None if tracer is None else guarded_tracer(task, tracer, claim, forget)
+        task.__dict__[_TRACER] = wrapped
 
     return TraceSlot(get, set_)
