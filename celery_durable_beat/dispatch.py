@@ -87,6 +87,8 @@ class _Work:
     due: DueSchedule
     plan: Plan
     ticks: list[TickMessage]
+    streak: int = 0
+    """Own-fault failures in a row learnt from the workers (``worker/unknown.py``)."""
 
 
 _Fire = Callable[[DueSchedule, TickMessage], tuple[Outcome, Reason | None]]
@@ -119,6 +121,7 @@ class Dispatcher:
         quarantine_after: int = 5,
         gate: Callable[[DueSchedule, TickMessage], Reason | None] | None = None,
         still_leader: Callable[[], bool] | None = None,
+        unknown_tasks: Callable[[Sequence[DueSchedule]], set[int]] | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -127,6 +130,8 @@ class Dispatcher:
         self.gate = gate
         # Checked before each schedule: a leader whose lease may lapse stops publishing (SPEC §7).
         self.still_leader = still_leader
+        # Schedules whose previous tick no worker knew (SPEC §6): one read per round.
+        self.unknown_tasks = unknown_tasks
 
     def run_round(self, now_ms: int, epoch: int) -> RoundStats:
         stats = RoundStats()
@@ -136,6 +141,7 @@ class Dispatcher:
                 if not claim.schedules:
                     return stats
                 work, broken = _plan_all(claim.schedules, now_ms)
+                self._learn_unknown_tasks(work)
                 ids = [t.task_id for w in work for t in w.ticks]
                 existing = claim.enqueued_task_ids(ids) if ids else set()
             advances = self._publish_all(work, existing, now_ms, stats)
@@ -154,6 +160,15 @@ class Dispatcher:
                 extra={"action": Action.ADVANCE_CONFLICT.value},
             )
         return stats
+
+    def _learn_unknown_tasks(self, work: Sequence[_Work]) -> None:
+        """A previous tick no worker knew is one more own-fault failure in a row."""
+        if self.unknown_tasks is None or not work:
+            return
+        unknown = self.unknown_tasks([item.due for item in work])
+        for item in work:
+            if item.due.id in unknown:
+                item.streak = item.due.failures + 1
 
     def _revoke_replaced(self, events: Sequence[AuditEvent]) -> None:
         """Let the gate revoke what ``replace`` displaced, for the ticks now recorded
@@ -217,6 +232,8 @@ class Dispatcher:
         return fire
 
     def _run_one(self, item: _Work, fire: _Fire, now_ms: int) -> _Result:
+        if item.streak >= self.quarantine_after:
+            return self._quarantine_unknown(item, now_ms)
         due, own = item.due, []
         last_fired: int | None = None
         for message in item.ticks:
@@ -231,7 +248,30 @@ class Dispatcher:
             last_fired = message.tick_ms
         own.extend(_dropped_events(item, item.plan.next_tick_ms, now_ms))
         own.sort(key=_by_tick)
-        return _Result(item, own, _advance(due, item.plan.next_tick_ms, last_fired, own), None)
+        advance = _advance(due, item.plan.next_tick_ms, last_fired, own, item.streak)
+        return _Result(item, own, advance, None)
+
+    def _quarantine_unknown(self, item: _Work, now_ms: int) -> _Result:
+        """K ticks in a row no worker knew: quarantined instead of publishing again."""
+        due = item.due
+        log.error(
+            "schedule %s quarantined: no worker knows its task (%d ticks in a row)",
+            due.name,
+            item.streak,
+            extra={"action": Action.QUARANTINED.value, "schedule": due.name},
+        )
+        event = _event(due, due.next_tick_ms, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
+        advance = Advance(
+            schedule_id=due.id,
+            expected_next_tick_ms=due.next_tick_ms,
+            next_tick_ms=due.next_tick_ms,
+            next_due_ms=None,
+            last_tick_ms=due.last_tick_ms,
+            last_outcome=Outcome.SKIPPED,
+            failures=item.streak,
+            state=ScheduleState.QUARANTINED,
+        )
+        return _Result(item, [event], advance, Reason.UNKNOWN_TASK)
 
     def _fire(
         self, due: DueSchedule, message: TickMessage, session: PublishSession, existing: set[str]
@@ -387,7 +427,11 @@ def _dropped_events(item: _Work, settled_before: int, now_ms: int) -> Iterator[A
 
 
 def _advance(
-    due: DueSchedule, next_tick: int, last_fired: int | None, own: Sequence[AuditEvent]
+    due: DueSchedule,
+    next_tick: int,
+    last_fired: int | None,
+    own: Sequence[AuditEvent],
+    failures: int = 0,
 ) -> Advance:
     return Advance(
         schedule_id=due.id,
@@ -396,7 +440,7 @@ def _advance(
         next_due_ms=due_ms(due.name, due.definition, next_tick),
         last_tick_ms=last_fired if last_fired is not None else due.last_tick_ms,
         last_outcome=own[-1].outcome if own else None,
-        failures=0,
+        failures=failures,
     )
 
 

@@ -168,6 +168,8 @@ class Action(str, Enum):
     """Giving the lease up failed (shutdown or fencing); it expires by itself after its TTL."""
     GUARD_INSTALLED = "guard_installed"
     """The worker put the dedup guard first on tasks whose class did not run it first."""
+    UNKNOWN_TASK = "unknown_task"
+    """A worker received a tick whose task it does not have; recorded ``unknown_task``."""
     REVOKE_FAILED = "revoke_failed"
     """A run ``replace`` displaced could not be marked revoked or its revoke not broadcast."""
 

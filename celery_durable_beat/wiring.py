@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery_durable_beat.beat_loop import BASIC_BROKER_ERRORS, BeatLoop
@@ -62,6 +62,7 @@ def _lease_url_problem(text: str) -> ConfigError:
 
 
 Gate = Callable[[DueSchedule, TickMessage], Reason | None]
+UnknownTasks = Callable[[Sequence[DueSchedule]], set[int]]
 
 
 def make_gate(app: Any, settings: Settings, store: Store) -> Gate | None:
@@ -74,6 +75,15 @@ def make_gate(app: Any, settings: Settings, store: Store) -> Gate | None:
     from celery_durable_beat.worker.overlap import OverlapGate
 
     return OverlapGate(app, settings, make_runs(app, settings, store.url))
+
+
+def make_unknown_tasks(gate: Gate | None) -> UnknownTasks | None:
+    """The round's read of ticks no worker knew (SPEC §6), on the gate's run tracking (one
+    engine for both, closed with the gate)."""
+    from celery_durable_beat.worker.overlap import OverlapGate
+    from celery_durable_beat.worker.unknown import UnknownTaskWatch
+
+    return UnknownTaskWatch(gate.runs) if isinstance(gate, OverlapGate) else None
 
 
 def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
@@ -97,13 +107,15 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
         store.close()
         raise
     leadership = Leadership(lease, store, clock, poll_interval=settings.poll_interval)
+    gate = make_gate(app, settings, store)
     dispatcher = Dispatcher(
         store,
         CeleryPublisher(app),
         batch_size=settings.batch_size,
         quarantine_after=settings.quarantine_after,
-        gate=make_gate(app, settings, store),
+        gate=gate,
         still_leader=leadership.still_leader,
+        unknown_tasks=make_unknown_tasks(gate),
     )
     return BeatLoop(
         store,

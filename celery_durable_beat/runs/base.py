@@ -36,8 +36,9 @@ expiry instant is before that clock's now.
 6. **State.** ``state`` is the state a claim of the tick would meet: None when absent or expired.
 7. **Tracking.** ``get_run`` reads a tick's row (expired or not, until pruned);
    ``previous_tick`` finds the newest ``enqueued`` automatic tick of a schedule (names compare
-   by ``ids.name_key``) before a given tick, with its run; ``prune_runs`` deletes expired rows
-   whose ``enqueued`` record is gone.
+   by ``ids.name_key``) before a given tick, with its run; ``states`` reads the states of many
+   task ids at once (expired or not; absent ids are left out); ``prune_runs`` deletes expired
+   rows whose ``enqueued`` record is gone.
 """
 
 from __future__ import annotations
@@ -57,6 +58,10 @@ class RunState(str, Enum):
     FAILED = "failed"
     REVOKED = "revoked"
     UNKNOWN = "unknown"
+    UNKNOWN_TASK = "unknown_task"
+    """No worker that received the tick has its task (Celery's ``task_unknown``): recorded by
+    the worker's main process, already expired (a later delivery to a worker that knows the
+    task may still claim it); the round counts it as an own-fault failure (SPEC §4, §6)."""
 
 
 FINAL_RUN_STATES = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.REVOKED})
@@ -195,6 +200,9 @@ class RunTracking(Protocol):
 
     def previous_tick(self, schedule: str, before_tick_ms: int) -> PreviousTick | None:
         """The newest ``enqueued`` automatic tick of ``schedule`` before ``before_tick_ms``."""
+
+    def states(self, task_ids: Sequence[str]) -> dict[str, RunState]:
+        """The stored state of each task id that has a row, expired or not (rule 7)."""
 
     def prune_runs(self, limit: int) -> int:
         """Delete up to ``limit`` expired rows whose ``enqueued`` record is gone (rule 7)."""

@@ -189,6 +189,10 @@ class MemoryRuns:
                     )
         return None
 
+    def states(self, task_ids: Sequence[str]) -> dict[str, RunState]:
+        with self._lock:
+            return {t: row.state for t in task_ids if (row := self._rows.get(t)) is not None}
+
     def prune_runs(self, limit: int) -> int:
         with self._lock:
             now = self.clock.now_ms()

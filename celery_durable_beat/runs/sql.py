@@ -243,6 +243,15 @@ class SqlRunStore(LazyEngine):
             now_ms=int(row.now_ms),
         )
 
+    def states(self, task_ids: Sequence[str]) -> dict[str, RunState]:
+        """One query on the primary key, however many ids (the round asks once per round)."""
+        if not task_ids:
+            return {}
+        query = select(runs.c.task_id, runs.c.state).where(runs.c.task_id.in_(list(task_ids)))
+        with self._tx(write=False) as conn:
+            rows = conn.execute(query).all()
+        return {row.task_id: _state(row.state) for row in rows}
+
     def prune_runs(self, limit: int) -> int:
         recorded = exists(select(audit.c.id).where(audit.c.task_id == runs.c.task_id, ENQUEUED))
         doomed = (

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from celery_durable_beat.clock import SystemClock
 from celery_durable_beat.exceptions import InvalidArgument, ScheduleNotFound, StaleEpoch
+from celery_durable_beat.ids import name_key
 from celery_durable_beat.lease.base import LeaseRow
 from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
 from celery_durable_beat.store.base import (
@@ -181,7 +182,7 @@ class MemoryStore:
     # -- definitions --------------------------------------------------------------------------
     def get(self, name: str) -> ScheduleRecord | None:
         with self._lock:
-            row = self._rows.get(name.lower())
+            row = self._rows.get(name_key(name))
             return None if row is None else row.record()
 
     def list_schedules(self) -> list[ScheduleRecord]:
@@ -219,7 +220,7 @@ class MemoryStore:
             return UpsertResult(definition.name, "updated", row.version)
 
     def archive_missing(self, keep_names: Sequence[str], source: Source, now_ms: int) -> list[str]:
-        keep = {name.lower() for name in keep_names}
+        keep = {name_key(name) for name in keep_names}
         with self._lock:
             gone = [
                 row
@@ -257,7 +258,7 @@ class MemoryStore:
                 elif row is not None and decision.values is not None:
                     row.apply_sync(change, decision, epoch, now_ms)
                 if decision.dropped is not None:
-                    self._insert_events(self._stamp([decision.dropped], epoch))
+                    self._insert_events([_Pending(decision.dropped, epoch, now_ms)])
         return [UpsertResult(d.name, d.status, d.version) for d in decisions]
 
     def set_state(
@@ -273,7 +274,7 @@ class MemoryStore:
         if state is ScheduleState.ACTIVE and (next_tick_ms is None or next_due_ms is None):
             raise InvalidArgument("an active schedule needs next_tick_ms and next_due_ms")
         with self._lock:
-            row = self._rows.get(name.lower())
+            row = self._rows.get(name_key(name))
             if row is None:
                 raise ScheduleNotFound(name)
             row.set_state(state, next_tick_ms, next_due_ms, now_ms)
@@ -281,14 +282,14 @@ class MemoryStore:
 
     def delete(self, name: str) -> bool:
         with self._lock:
-            return self._rows.pop(name.lower(), None) is not None
+            return self._rows.pop(name_key(name), None) is not None
 
     # -- history ------------------------------------------------------------------------------
     def history(self, name: str, limit: int, before_id: int | None = None) -> list[StoredEvent]:
         if limit < 1:
             raise InvalidArgument(f"history limit must be at least 1; got {limit}")
         with self._lock:
-            events = self._events.get(name.lower(), [])
+            events = self._events.get(name_key(name), [])
             page: list[StoredEvent] = []
             for event in reversed(events):
                 if before_id is not None and event.id >= before_id:
@@ -307,7 +308,7 @@ class MemoryStore:
         """The newest automatic ``enqueued`` event of ``name`` with a tick before the given one
         (what an in-memory runs backend answers ``previous_tick`` from)."""
         with self._lock:
-            for event in reversed(self._events.get(name.lower(), [])):
+            for event in reversed(self._events.get(name_key(name), [])):
                 if (
                     event.outcome is Outcome.ENQUEUED
                     and event.trigger is Trigger.AUTO
@@ -323,7 +324,7 @@ class MemoryStore:
             raise InvalidArgument(f"keep must be 0 or more; got {keep}")
         removed = 0
         with self._lock:
-            for key in sorted({name.lower() for name in names}):
+            for key in sorted({name_key(name) for name in names}):
                 events = self._events.get(key, [])
                 row = self._rows.get(key)
                 drop = prunable(events, keep, None if row is None else row.next_tick_ms)
@@ -372,7 +373,7 @@ class MemoryStore:
                 continue  # rule 3: a replayed enqueued record is ignored, never an error
             stored = to_stored(self._next_event_id, event, item.epoch, item.now)
             self._next_event_id += 1
-            self._events.setdefault(event.schedule.lower(), []).append(stored)
+            self._events.setdefault(name_key(event.schedule), []).append(stored)
             if outcome is Outcome.ENQUEUED and event.task_id is not None:
                 self._enqueued[event.task_id] = stored
 

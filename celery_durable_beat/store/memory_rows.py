@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery_durable_beat.exceptions import InvalidArgument
+from celery_durable_beat.ids import name_key
 from celery_durable_beat.lease.base import LeaseRow
 from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
 from celery_durable_beat.policy import dispatch_offset_ms
@@ -39,7 +40,7 @@ def value_of(member: Any) -> Any:
 
 def storable_key(name: str) -> str:
     """The key of a name about to be stored; the same length limit as the SQL columns."""
-    key = name.lower()
+    key = name_key(name)
     if not name or len(name) > NAME_LENGTH or len(key) > NAME_LENGTH:
         raise InvalidArgument(f"schedule name {name!r} must have 1 to {NAME_LENGTH} characters")
     return key
@@ -106,7 +107,7 @@ class Row:
         state, next_tick, next_due = plan(definition, first_tick_ms)
         return cls(
             id=row_id,
-            key=definition.name.lower(),
+            key=name_key(definition.name),
             name=definition.name,
             definition=definition,
             definition_hash=digest,

@@ -64,6 +64,8 @@ CIRCUIT_S = 5.0
 PRUNE_EVERY_S = 600.0
 PRUNE_BATCH = 1000
 REDELIVERY_POLL_S = 0.5
+UNKNOWN_TASK_OWNER = "worker:unknown_task"
+"""The owner of an ``unknown_task`` row: a later write of the same kind may replace it."""
 
 
 class Refused(Exception):
@@ -341,6 +343,12 @@ class GuardRuntime:
         write = RunWrite(key, state, "worker", self.dedup_ttl_ms, write_if)
         self.mirror.settle(write, while_down=True)
         self.tracker.write(write)
+
+    def unknown_task(self, key: RunKey) -> None:
+        """No task of that name here (Celery's ``task_unknown``): ``unknown_task`` is written
+        unless a worker that has the task holds the tick, already expired, so it never blocks
+        a later claim (a worker that has the task may still get a duplicate of it)."""
+        self.tracker.write(RunWrite(key, RunState.UNKNOWN_TASK, UNKNOWN_TASK_OWNER, -1))
 
     # -- heartbeats -----------------------------------------------------------------------------
     def _release_heartbeat(self, held: Held) -> None:

@@ -2,11 +2,13 @@
 
 ``install(app)`` makes every task of the app check, before it runs, whether its delivery is a
 tick (the ``periodic_*`` headers beat sets, SPEC §4) and, if it is, claim that tick
-(``guard.GuardRuntime.enter``). A duplicate delivery raises ``celery.exceptions.Ignore``
-from ``before_start``: Celery then acknowledges the message and runs nothing (raising from a
-``task_prerun`` handler would not work: signal errors are logged and swallowed).
+(``guard.GuardRuntime.enter``). The check runs in the pool process around Celery's tracer
+(``tracer.py``), so a refused duplicate is acknowledged before the tracer sends ``task_prerun``
+or writes ``STARTED`` to the result backend: it leaves no trace. ``before_start`` keeps the same
+check as a second line (raising ``celery.exceptions.Ignore``) for a tracer built outside the
+guarded ``__trace__``; it does nothing for a delivery already claimed.
 
-How every task gets that ``before_start``, whatever its base class and pool:
+How every task gets the guard, whatever its base class and pool:
 
 - ``app.Task`` becomes a subclass of itself with the guard, so tasks created after ``install``
   (the usual ``@app.task`` in the app module) carry it;
@@ -18,7 +20,8 @@ How every task gets that ``before_start``, whatever its base class and pool:
 The guard's ``retry`` records ``retried`` before the retry message is published, so that message
 (same task id, ``retries`` + 1) may claim the tick however soon it arrives. The run's end comes
 from ``task_postrun`` (its state); ``task_revoked`` and hard time limits come from the worker's
-main process.
+main process, and so does Celery's ``task_unknown`` (a tick whose task this worker does not
+have: recorded ``unknown_task`` against the tick, which the round counts, SPEC §6).
 
 A task without the headers costs one attribute lookup: no store, no Redis.
 """
@@ -32,6 +35,7 @@ import socket
 import threading
 import weakref
 from collections import Counter
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, cast
 
@@ -44,6 +48,7 @@ from celery_durable_beat.runs.factory import make_runs, make_tracking
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.worker.guard import GuardRuntime, Held, Refused
 from celery_durable_beat.worker.origin import periodic_origin
+from celery_durable_beat.worker.tracer import TraceSlot, trace_slot
 
 log = logging.getLogger("celery_durable_beat.worker")
 
@@ -134,6 +139,7 @@ def _make_guarded(cls: type) -> type:
         cls.__name__,
         (cls,),
         {
+            "__trace__": trace_slot(claim_request, forget_request),
             "before_start": before_start,
             "retry": retry,
             "__module__": cls.__module__,
@@ -145,8 +151,9 @@ def _make_guarded(cls: type) -> type:
 
 
 def guard_first(cls: type) -> bool:
-    """Whether the first ``before_start`` and ``retry`` on ``cls``'s MRO are the guard's."""
-    return all(
+    """Whether the first ``__trace__``, ``before_start`` and ``retry`` on ``cls``'s MRO are the
+    guard's."""
+    return isinstance(getattr(cls, "__trace__", None), TraceSlot) and all(
         getattr(getattr(cls, name, None), _GUARD_MARK, False) for name in ("before_start", "retry")
     )
 
@@ -175,25 +182,28 @@ def cover_tasks(app: Any) -> list[str]:
 # -- one delivery ---------------------------------------------------------------------------------
 
 
-def enter(task: Any) -> None:
-    """The guard: claim the tick of this delivery or refuse it (raises Ignore)."""
-    request = task.request
-    if getattr(request, _HELD, None) is not None or getattr(request, "is_eager", False):
-        return
+_ENTERED: dict[str, Held] = {}
+"""Claims the tracer's guard took, by task id, until ``before_start`` moves each onto its task's
+request (a key added to the request itself would travel on as a custom header of retries)."""
+
+
+def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
+    """Claim the tick of this delivery (kept in ``_ENTERED``); False for a refused duplicate
+    (logged, counted); True for an ordinary task, which costs one attribute lookup."""
+    if request.get("is_eager"):
+        return True
     installed = _installation(task.app)
-    if installed is None:
-        return
-    origin = periodic_origin(request)
-    if origin is None:
-        return
-    task_id = str(request.id)
+    origin = None if installed is None else periodic_origin(request)
+    if installed is None or origin is None:
+        return True
+    task_id = str(request.get("id"))
     key = RunKey(task_id, origin.schedule, origin.tick_ms, origin.trigger.value)
-    delivery = getattr(request, "delivery_info", None) or {}
+    delivery = request.get("delivery_info") or {}
     try:
         held = installed.runtime().enter(
             key,
-            hostname=str(getattr(request, "hostname", None) or socket.gethostname()),
-            attempt=int(getattr(request, "retries", 0) or 0),
+            hostname=str(request.get("hostname") or socket.gethostname()),
+            attempt=int(request.get("retries") or 0),
             redelivered=bool(delivery.get("redelivered")),
         )
     except Refused as refused:
@@ -208,7 +218,30 @@ def enter(task: Any) -> None:
                 "run_state": refused.state.value,
             },
         )
-        raise Ignore() from None
+        return False
+    _ENTERED[task_id] = held
+    return True
+
+
+def forget_request(request: Mapping[str, Any]) -> None:
+    """The delivery is traced: drop its claim from ``_ENTERED`` if ``before_start`` did not."""
+    _ENTERED.pop(str(request.get("id")), None)
+
+
+def enter(task: Any) -> None:
+    """The guard in ``before_start``: take over the claim the tracer's guard made, else claim
+    the tick now or refuse the delivery (raises Ignore)."""
+    request = task.request
+    if getattr(request, _HELD, None) is not None or getattr(request, "is_eager", False):
+        return
+    held = _ENTERED.pop(str(request.id), None)
+    if held is None:
+        fields = {"id": request.id, "hostname": request.hostname, "retries": request.retries}
+        fields.update(delivery_info=request.delivery_info, **(request.headers or {}))
+        fields.update(vars(request))
+        if not claim_request(task, fields):
+            raise Ignore()
+        held = _ENTERED.pop(str(request.id), None)
     setattr(request, _HELD, held)
 
 
@@ -288,6 +321,30 @@ def _on_failure(
     installed.runtime().settle_elsewhere(key, RunState.FAILED, WriteIf.UNFINISHED)
 
 
+def _on_unknown(
+    sender: Any = None, message: Any = None, name: str | None = None, **fields: Any
+) -> None:
+    """A tick whose task this worker does not have (Celery rejected the message): recorded
+    ``unknown_task`` against the tick, so history shows it and the round counts it."""
+    installed = _installation(getattr(sender, "app", None))
+    origin = periodic_origin(getattr(message, "headers", None))
+    task_id = str(fields.get("id") or "")
+    if installed is None or origin is None or not task_id:
+        return
+    key = RunKey(task_id, origin.schedule, origin.tick_ms, origin.trigger.value)
+    log.warning(
+        "tick %s names task %r, which this worker does not have",
+        task_id,
+        name,
+        extra={
+            "action": Action.UNKNOWN_TASK.value,
+            "task_id": task_id,
+            "schedule": origin.schedule,
+        },
+    )
+    installed.runtime().unknown_task(key)
+
+
 def _on_worker_init(sender: Any = None, **_: Any) -> None:
     installed = _installation(getattr(sender, "app", None))
     if installed is None:
@@ -315,6 +372,7 @@ def _connect_signals() -> None:
     signals.task_postrun.connect(_on_postrun, weak=False, dispatch_uid="durable_beat_postrun")
     signals.task_revoked.connect(_on_revoked, weak=False, dispatch_uid="durable_beat_revoked")
     signals.task_failure.connect(_on_failure, weak=False, dispatch_uid="durable_beat_failure")
+    signals.task_unknown.connect(_on_unknown, weak=False, dispatch_uid="durable_beat_unknown")
     signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="durable_beat_init")
     os.register_at_fork(after_in_child=_after_fork)
 

@@ -234,6 +234,23 @@ def _previous_ticks_follow_the_enqueued_records(runs: SqlRunStore | MemoryRuns) 
     assert runs.previous_tick(NAME, T0) is None
 
 
+@pytest.mark.parametrize("kind", ["sql", "memory"])
+def test_states_reads_many_ticks_expired_or_not(kind: str, sql_store: SqlStore) -> None:
+    runs: SqlRunStore | MemoryRuns = _sql_runs(sql_store.url) if kind == "sql" else MemoryRuns()
+    try:
+        runs.write([RunWrite(key(T0), RunState.UNKNOWN_TASK, "worker:unknown_task", -1)])
+        runs.write([RunWrite(key(T0 + 1000), RunState.SUCCEEDED, "w", MINUTE)])
+        found = runs.states([key(T0).task_id, key(T0 + 1000).task_id, key(T0 + 2000).task_id])
+        assert found == {
+            key(T0).task_id: RunState.UNKNOWN_TASK,
+            key(T0 + 1000).task_id: RunState.SUCCEEDED,
+        }
+        assert runs.states([]) == {}
+        assert runs.claim(key(T0), "w2", 0, MINUTE) is None  # unknown_task never blocks a claim
+    finally:
+        runs.close()
+
+
 def test_prune_removes_expired_rows_whose_history_is_gone(
     sql_store: SqlStore, runs: SqlRunStore
 ) -> None:

@@ -6,10 +6,12 @@ sees exactly what beat sent) and the worker tests (``install(app)``, tasks that 
 
 ``BEAT_BROKER``, ``DURABLE_BEAT_URL`` (read by the product itself), ``BEAT_SCHEDULE`` (JSON of
 beat_schedule), ``BEAT_LEASE_URL``, ``BEAT_LEASE_TTL``, ``BEAT_POLL``, ``GUARD`` (``0``: no
-``install(app)``; by default the app calls it), ``GUARD_RUN_TTL``, ``VISIBILITY_TIMEOUT``; and
-the evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE`` (one JSON
-line per message the worker's main process received), ``ACTIONS_FILE`` (one JSON line per log
-record that carries an ``action``: the stable vocabulary tests wait on instead of prose).
+``install(app)``; by default the app calls it), ``GUARD_RUN_TTL``, ``VISIBILITY_TIMEOUT``,
+``QUARANTINE_AFTER``, ``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
+none); and the evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE``
+(one JSON line per message the worker's main process received), ``SIGNALS_FILE`` (one JSON line
+per ``task_prerun`` / ``task_postrun`` the user's app saw), ``ACTIONS_FILE`` (one JSON line per
+log record that carries an ``action``: the stable vocabulary tests wait on instead of prose).
 """
 
 from __future__ import annotations
@@ -41,6 +43,14 @@ app.conf.update(
 )
 if os.environ.get("BEAT_LEASE_URL"):
     app.conf.durable_beat_lease_url = os.environ["BEAT_LEASE_URL"]
+if os.environ.get("QUARANTINE_AFTER"):
+    app.conf.durable_beat_quarantine_after = int(os.environ["QUARANTINE_AFTER"])
+if os.environ.get("RESULT_BACKEND"):
+    app.conf.update(
+        result_backend=os.environ["RESULT_BACKEND"],
+        task_ignore_result=False,
+        task_track_started=True,
+    )
 if os.environ.get("VISIBILITY_TIMEOUT"):
     app.conf.broker_transport_options = {  # give unacked messages back quickly (kombu 5.7)
         "visibility_timeout": float(os.environ["VISIBILITY_TIMEOUT"]),
@@ -101,6 +111,16 @@ def _row(task: Any, event: str, **extra: Any) -> dict[str, Any]:
 @signals.task_received.connect
 def _received(request: Any = None, **_: Any) -> None:
     _append("RECEIPTS_FILE", {"id": request.id, "pid": os.getpid(), "t": time.time()})
+
+
+@signals.task_prerun.connect
+def _prerun(task_id: str | None = None, **_: Any) -> None:
+    _append("SIGNALS_FILE", {"signal": "task_prerun", "id": task_id, "pid": os.getpid()})
+
+
+@signals.task_postrun.connect
+def _postrun(task_id: str | None = None, **_: Any) -> None:
+    _append("SIGNALS_FILE", {"signal": "task_postrun", "id": task_id, "pid": os.getpid()})
 
 
 @app.task(name="procapp.record", bind=True)

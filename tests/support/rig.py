@@ -36,6 +36,8 @@ SETTINGS = {
     "run_ttl": "GUARD_RUN_TTL",
     "visibility_timeout": "VISIBILITY_TIMEOUT",
     "fault": "DURABLE_BEAT_FAULT",
+    "quarantine_after": "QUARANTINE_AFTER",
+    "result_backend": "RESULT_BACKEND",
 }
 """Test app setting -> the environment variable ``procapp`` reads it from."""
 
@@ -91,6 +93,7 @@ class ProcessRig:
             "DURABLE_BEAT_URL": store_url,
             "TICKS_FILE": str(self.ticks_file),
             "RECEIPTS_FILE": str(workdir / "receipts.jsonl"),
+            "SIGNALS_FILE": str(workdir / "signals.jsonl"),
             **app_env(settings),
         }
         self.procs: list[CeleryProcess] = []
@@ -166,6 +169,11 @@ class ProcessRig:
 
     def receipts(self) -> list[dict[str, Any]]:
         return read_jsonl(Path(self.env["RECEIPTS_FILE"]))
+
+    def signals(self, name: str) -> list[dict[str, Any]]:
+        """The ``task_prerun`` / ``task_postrun`` signals the worker's tasks sent, oldest first."""
+        rows = read_jsonl(Path(self.env["SIGNALS_FILE"]))
+        return [r for r in rows if r.get("signal") == name]
 
     def state(self, task_id: str) -> RunState | None:
         return run_row(self.store_url, task_id)

@@ -6,6 +6,8 @@ wrote, a stored definition this version cannot read) is in ``tests/integration/t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 
 from celery_durable_beat.dispatch import Dispatcher, TickMessage
@@ -13,7 +15,7 @@ from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Reason, ScheduleState, Source
 from celery_durable_beat.publish import CapturingPublisher
 from celery_durable_beat.schedules.validate import validate_entries
-from celery_durable_beat.store.base import Store
+from celery_durable_beat.store.base import DueSchedule, Store
 from celery_durable_beat.sync import sync_definitions
 from tests.support.stores import FaultyMemoryStore, InjectedFault
 
@@ -184,3 +186,56 @@ def test_batch_size_bounds_a_round(store: FaultyMemoryStore) -> None:
 def test_config_source_recorded(store: FaultyMemoryStore) -> None:
     sync_definitions(store, _defs(s={"task": "t", "schedule": "@every 1s"}), T0)
     assert store.get("S").source is Source.CONFIG
+
+
+def test_previous_ticks_no_worker_knew_quarantine_after_k_in_a_row(
+    store: FaultyMemoryStore,
+) -> None:
+    """SPEC §6: workers record ``unknown_task``; the round counts them; K in a row quarantine."""
+    sync_definitions(
+        store,
+        _defs(
+            misspelt={"task": "nope", "schedule": "@every 1s"},
+            good={"task": "t", "schedule": "@every 1s"},
+        ),
+        T0,
+    )
+    unknown: set[str] = set()  # task ids the "workers" recorded unknown_task
+
+    def watch(schedules: Sequence[DueSchedule]) -> set[int]:
+        return {
+            d.id
+            for d in schedules
+            if d.last_tick_ms is not None and tick_task_id(d.name, d.last_tick_ms) in unknown
+        }
+
+    pub = CapturingPublisher()
+    dispatcher = Dispatcher(store, pub, quarantine_after=3, unknown_tasks=watch)
+    now = T0
+    for _ in range(8):
+        now = max(now + 1000, store.earliest_due_ms() or now)
+        dispatcher.run_round(now, EPOCH)
+        unknown.update(m.task_id for m in pub.messages if m.schedule == "misspelt")
+    misspelt = store.get("misspelt")
+    assert misspelt is not None and misspelt.state is ScheduleState.QUARANTINED
+    assert sum(m.schedule == "misspelt" for m in pub.messages) == 3
+    assert sum(m.schedule == "good" for m in pub.messages) == 8
+    assert store.history("misspelt", 1)[0].reason == "quarantined"
+
+
+def test_a_tick_a_worker_knew_resets_the_unknown_task_streak(store: FaultyMemoryStore) -> None:
+    sync_definitions(store, _defs(flaky={"task": "t", "schedule": "@every 1s"}), T0)
+    pub = CapturingPublisher()
+    answers = iter([False, True, True, False, True, True, False, True, True])
+
+    def watch(schedules: Sequence[DueSchedule]) -> set[int]:
+        return {d.id for d in schedules if d.last_tick_ms is not None and next(answers)}
+
+    dispatcher = Dispatcher(store, pub, quarantine_after=3, unknown_tasks=watch)
+    now = T0
+    for _ in range(10):
+        now = max(now + 1000, store.earliest_due_ms() or now)
+        dispatcher.run_round(now, EPOCH)
+    flaky = store.get("flaky")
+    assert flaky is not None and flaky.state is ScheduleState.ACTIVE
+    assert len(pub.messages) == 10
