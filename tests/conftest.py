@@ -80,11 +80,12 @@ def redis_url() -> Iterator[str]:
 def amqp_url() -> str:
     """The test RabbitMQ. Tests share its virtual host: each uses queues of its own names."""
     from kombu import Connection
+    from kombu.exceptions import OperationalError
 
     with Connection(AMQP_URL, connect_timeout=3) as conn:
         try:
             conn.ensure_connection(max_retries=1)
-        except conn.connection_errors as exc:  # pragma: no cover - environment problem
+        except (OperationalError, OSError) as exc:  # pragma: no cover - environment problem
             pytest.fail(f"RabbitMQ at {AMQP_URL} does not answer: {exc!r}")
     return AMQP_URL
 

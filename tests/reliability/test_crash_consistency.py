@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 import random
-import uuid
 import signal
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
