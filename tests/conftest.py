@@ -1,9 +1,9 @@
-"""Shared fixtures: the machine's real PostgreSQL and Redis, a fresh database per test.
+"""Shared fixtures: the machine's real PostgreSQL, Redis and RabbitMQ, a fresh database per test.
 
 URLs come from the environment (``.ci/run`` exports them after making sure the servers answer):
-``DURABLE_BEAT_TEST_PG`` (an admin URL whose user may create databases) and
-``DURABLE_BEAT_TEST_REDIS``. Integration tests never skip silently when a server is missing:
-they fail, naming the URL they could not reach.
+``DURABLE_BEAT_TEST_PG`` (an admin URL whose user may create databases),
+``DURABLE_BEAT_TEST_REDIS`` and ``DURABLE_BEAT_TEST_AMQP``. Integration tests never skip
+silently when a server is missing: they fail, naming the URL they could not reach.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ PG_ADMIN_URL = os.environ.get(
     "DURABLE_BEAT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
 REDIS_URL = os.environ.get("DURABLE_BEAT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+AMQP_URL = os.environ.get("DURABLE_BEAT_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672//")
 
 
 def _psycopg_dsn(url: str) -> str:
@@ -73,6 +74,20 @@ def redis_url() -> Iterator[str]:
     yield REDIS_URL
     client.flushdb()
     client.close()
+
+
+@pytest.fixture
+def amqp_url() -> str:
+    """The test RabbitMQ. Tests share its virtual host: each uses queues of its own names."""
+    from kombu import Connection
+    from kombu.exceptions import OperationalError
+
+    with Connection(AMQP_URL, connect_timeout=3) as conn:
+        try:
+            conn.ensure_connection(max_retries=1)
+        except (OperationalError, OSError) as exc:  # pragma: no cover - environment problem
+            pytest.fail(f"RabbitMQ at {AMQP_URL} does not answer: {exc!r}")
+    return AMQP_URL
 
 
 # -- stores: one way to build each backend, for every test that needs one ----------------------

@@ -8,10 +8,11 @@ sees exactly what beat sent) and the worker tests (``install(app)``, tasks that 
 beat_schedule), ``BEAT_LEASE_URL``, ``BEAT_LEASE_TTL``, ``BEAT_POLL``, ``GUARD`` (``0``: no
 ``install(app)``; by default the app calls it), ``GUARD_RUN_TTL``, ``VISIBILITY_TIMEOUT``,
 ``QUARANTINE_AFTER``, ``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
-none); and the evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE``
-(one JSON line per message the worker's main process received), ``SIGNALS_FILE`` (one JSON line
-per ``task_prerun`` / ``task_postrun`` the user's app saw), ``ACTIONS_FILE`` (one JSON line per
-log record that carries an ``action``: the stable vocabulary tests wait on instead of prose).
+none), ``TASK_QUEUE`` (the default queue, for a test of its own on a shared RabbitMQ); and the
+evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE`` (one JSON line
+per message the worker's main process received), ``SIGNALS_FILE`` (one JSON line per
+``task_prerun`` / ``task_postrun`` the user's app saw), ``ACTIONS_FILE`` (one JSON line per log
+record that carries an ``action``: the stable vocabulary tests wait on instead of prose).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ app.conf.update(
     worker_hijack_root_logger=False,
     worker_prefetch_multiplier=1,
 )
+if os.environ.get("TASK_QUEUE"):  # a queue of the test's own on a shared RabbitMQ
+    app.conf.task_default_queue = os.environ["TASK_QUEUE"]
 if os.environ.get("BEAT_LEASE_URL"):
     app.conf.durable_beat_lease_url = os.environ["BEAT_LEASE_URL"]
 if os.environ.get("QUARANTINE_AFTER"):

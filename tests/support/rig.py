@@ -38,6 +38,7 @@ SETTINGS = {
     "fault": "DURABLE_BEAT_FAULT",
     "quarantine_after": "QUARANTINE_AFTER",
     "result_backend": "RESULT_BACKEND",
+    "queue": "TASK_QUEUE",
 }
 """Test app setting -> the environment variable ``procapp`` reads it from."""
 
@@ -133,6 +134,11 @@ class ProcessRig:
             proc.close()
         if self._redis is not None:
             self._redis.close()
+        if self.broker_url.startswith("amqp") and "TASK_QUEUE" in self.env:
+            from kombu import Connection, Queue
+
+            with Connection(self.broker_url) as conn:  # a RabbitMQ queue outlives the test
+                Queue(self.queue)(conn.default_channel).delete()
 
     # -- the broker -----------------------------------------------------------------------------
     @property
@@ -153,13 +159,30 @@ class ProcessRig:
         **options: Any,
     ) -> None:
         app = Celery("sender", broker=self.broker_url, set_as_current=False)
+        app.conf.task_default_queue = self.queue
         try:
             app.send_task(task, args=args, task_id=task_id, headers=headers, **options)
         finally:
             app.close()
 
+    @property
+    def queue(self) -> str:
+        """The queue the test app's tasks go to (setting ``queue``; Celery's default)."""
+        return self.env.get("TASK_QUEUE") or "celery"
+
     def drained(self) -> bool:
+        if self.broker_url.startswith("amqp"):
+            return self._amqp_ready() == 0
         return self.redis.llen("celery") == 0 and self.redis.hlen("unacked") == 0
+
+    def _amqp_ready(self) -> int:
+        """Messages ready in the RabbitMQ queue (those a worker holds unacked are not counted:
+        callers also wait until the worker's rows stop changing)."""
+        from kombu import Connection
+
+        with Connection(self.broker_url) as conn:
+            _, ready, _ = conn.default_channel.queue_declare(queue=self.queue, passive=True)
+        return int(ready)
 
     # -- evidence -------------------------------------------------------------------------------
     def rows(self, event: str | None = None) -> list[dict[str, Any]]:
@@ -182,6 +205,8 @@ class ProcessRig:
         """The guard's counters every worker adds to (in Redis)."""
         app = Celery("reader", broker=self.broker_url, set_as_current=False)
         app.conf.durable_beat_url = self.store_url
+        if self.env.get("BEAT_LEASE_URL"):  # claims live where the processes keep them
+            app.conf.durable_beat_lease_url = self.env["BEAT_LEASE_URL"]
         install(app)
         return shared_counters(app)
 
