@@ -129,10 +129,10 @@ def control(ctx: click.Context) -> DurableBeat:
 
 
 def warn_invalid(checked: ConfigCheck) -> None:
-    lines = str(checked.error()).splitlines()
-    click.echo(f"warning: beat would refuse this config: {lines[0]}", err=True)
-    for line in lines[1:]:
-        click.echo(line, err=True)
+    """One stderr line naming every bad entry, before the verb's own answer."""
+    click.echo(
+        f"warning: beat would refuse this config: {one_line(checked.error()).message}", err=True
+    )
 
 
 def emit_json(data: Any) -> None:
