@@ -36,7 +36,7 @@ from celery_durable_beat.model import (
     ScheduleState,
     Trigger,
 )
-from celery_durable_beat.policy import Plan, dispatch_offset_ms, due_ms, plan
+from celery_durable_beat.policy import Plan, due_ms, plan_schedule
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, Store
 
 log = logging.getLogger("celery_durable_beat.dispatch")
@@ -374,17 +374,7 @@ def _quarantine_unplannable(due: DueSchedule, now_ms: int, stats: RoundStats) ->
 
 
 def _plan_one(due: DueSchedule, now_ms: int) -> _Work:
-    d = due.definition
-    lateness = None if d.max_lateness is None else round(d.max_lateness * 1000)
-    result = plan(
-        d.spec,
-        due.next_tick_ms,
-        now_ms,
-        d.missed,
-        d.backfill_max,
-        lateness,
-        lambda tick: dispatch_offset_ms(due.name, d.spec, tick, d.jitter),
-    )
+    result = plan_schedule(due.name, due.definition, due.next_tick_ms, now_ms)
     return _Work(due, result, [tick_message(due, t) for t in result.fire])
 
 

@@ -223,3 +223,19 @@ def due_ms(name: str, definition: Definition, tick_ms: int) -> int:
     instant whichever path planned it.
     """
     return tick_ms + dispatch_offset_ms(name, definition.spec, tick_ms, definition.jitter)
+
+
+def plan_schedule(name: str, definition: Definition, next_tick_ms: int, now_ms: int) -> Plan:
+    """:func:`plan` with a schedule's own policies: its missed policy, ``backfill_max``,
+    ``max_lateness`` and jitter. The one place they are read for planning, so the leader's round
+    and the control API's "what will the next round fire" (``show``'s ``overdue``) agree."""
+    lateness = None if definition.max_lateness is None else round(definition.max_lateness * 1000)
+    return plan(
+        definition.spec,
+        next_tick_ms,
+        now_ms,
+        definition.missed,
+        definition.backfill_max,
+        lateness,
+        lambda tick: dispatch_offset_ms(name, definition.spec, tick, definition.jitter),
+    )

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery_durable_beat.beat_loop import BASIC_BROKER_ERRORS, BeatLoop
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem
 from celery_durable_beat.leadership import Leadership
-from celery_durable_beat.lease.base import Lease
+from celery_durable_beat.lease.base import HolderInfo, Lease
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Reason
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import DueSchedule, Store
+from celery_durable_beat.store.base import DueSchedule, LeaderInfo, Store
 from celery_durable_beat.urls import redact_url
+
+if TYPE_CHECKING:
+    from celery_durable_beat.lease.redis import RedisLease
 
 
 def make_store(settings: Settings) -> Store:
@@ -42,6 +45,11 @@ def make_lease(settings: Settings, store: Store) -> Lease:
 
 
 def _redis_lease(url: str, ttl: float, store: Store) -> Lease:
+    return _new_redis_lease(url, ttl, epoch_floor=lambda: store.leader_info().epoch)
+
+
+def _new_redis_lease(url: str, ttl: float, **options: Any) -> RedisLease:
+    """A RedisLease, or the configuration error of a missing driver or an unparseable URL."""
     try:
         from celery_durable_beat.lease.redis import RedisLease
     except ImportError:  # pragma: no cover - depends on the installed extras
@@ -49,11 +57,34 @@ def _redis_lease(url: str, ttl: float, store: Store) -> Lease:
             "a Redis lease needs the redis package: pip install 'celery_durable_beat[redis]'"
         ) from None
     try:
-        return RedisLease(url, ttl, epoch_floor=lambda: store.leader_info().epoch)
+        return RedisLease(url, ttl, **options)
     except ValueError as exc:
         raise _lease_url_problem(
             f"{redact_url(url)} is not a Redis URL ({exc}); use e.g. redis://host:6379/0"
         ) from None
+
+
+class LeaseReader:
+    """Who holds a lease kept outside the store, read without taking it (lease rule 5), as the
+    store's ``LeaderInfo`` so ``status`` reads either kind of lease alike."""
+
+    def __init__(self, lease: HolderInfo) -> None:
+        self.lease = lease
+
+    def read(self) -> LeaderInfo:
+        seen = self.lease.holder_info()
+        return LeaderInfo(holder=seen.holder, epoch=seen.epoch, expires_at_ms=seen.expires_at_ms)
+
+    def close(self) -> None:
+        self.lease.close()
+
+
+def make_lease_reader(settings: Settings) -> LeaseReader | None:
+    """The reader of the Redis lease when ``durable_beat_lease_url`` is set; None when the lease
+    is the store's row (``Store.leader_info`` reads that). Connects on first read only."""
+    if not settings.lease_url:
+        return None
+    return LeaseReader(_new_redis_lease(settings.lease_url, settings.lease_ttl, holder="status"))
 
 
 def _lease_url_problem(text: str) -> ConfigError:

@@ -22,7 +22,8 @@ import click
 from celery.bin.base import CeleryCommand
 
 from celery_durable_beat.cli import format as cli_format
-from celery_durable_beat.control import DurableBeat
+from celery_durable_beat.control import ConfigCheck, DurableBeat, check_config
+from celery_durable_beat.control.views import NextTick
 from celery_durable_beat.exceptions import (
     ConfigError,
     DurableBeatError,
@@ -108,14 +109,30 @@ class VerbGroup(_OneLineErrors, click.Group):
 
 
 def control(ctx: click.Context) -> DurableBeat:
-    """The control API for the app Celery loaded, closed when the command ends."""
+    """The control API for the app Celery loaded, closed when the command ends.
+
+    An invalid config does not stop an operator from reading the store (that is when they need
+    it most): the verb answers, with every invalid setting at its default, after a warning on
+    stderr naming what beat would refuse.
+    """
     beat = ctx.meta.get("durable_beat")
     if beat is None:
-        beat = DurableBeat(ctx.obj.app)  # ctx.obj: Celery's CLIContext, with the -A app
+        app = ctx.obj.app  # ctx.obj: Celery's CLIContext, with the -A app
+        checked = check_config(app)
+        if not checked.ok:
+            warn_invalid(checked)
+        beat = DurableBeat(app, settings=checked.settings)
         ctx.meta["durable_beat"] = beat
         ctx.call_on_close(beat.close)
     assert isinstance(beat, DurableBeat)
     return beat
+
+
+def warn_invalid(checked: ConfigCheck) -> None:
+    """One stderr line naming every bad entry, before the verb's own answer."""
+    click.echo(
+        f"warning: beat would refuse this config: {one_line(checked.error()).message}", err=True
+    )
 
 
 def emit_json(data: Any) -> None:
@@ -199,9 +216,14 @@ def list_(ctx: click.Context, as_json: bool) -> None:
 @json_option
 @click.pass_context
 def show(ctx: click.Context, name: str, count: int, after: str | None, as_json: bool) -> None:
-    """One schedule: its settings, the schedule in words and the next ticks in its zone."""
-    detail = control(ctx).get(name, count=count, after=parse_after(after))
-    emit(as_json, detail.to_json, lambda: cli_format.schedule_detail(detail))
+    """One schedule: its settings, whether it is overdue, and the next ticks in its zone."""
+    beat, after_at = control(ctx), parse_after(after)
+    detail = beat.get(name, count=count, after=after_at)
+    emit(
+        as_json,
+        detail.to_json,
+        lambda: cli_format.schedule_detail(detail, beat.next_ticks(name, count, after=after_at)),
+    )
 
 
 @durable_beat.command(cls=VerbCommand)
@@ -223,13 +245,17 @@ def history(ctx: click.Context, name: str, limit: int, cursor: str | None, as_js
 @click.pass_context
 def next_(ctx: click.Context, name: str, count: int, after: str | None, as_json: bool) -> None:
     """The next ticks in the schedule's zone, with the task id each will carry."""
-    detail = control(ctx).get(name, count=count, after=parse_after(after))
-    view = detail.view
-    emit(
-        as_json,
-        lambda: [t.to_json() for t in detail.next],
-        lambda: cli_format.next_ticks_table(detail.next, view.tz, state=view.state),
-    )
+    beat, after_at = control(ctx), parse_after(after)
+    ticks = beat.next_ticks(name, count, after=after_at)
+    emit(as_json, lambda: [t.to_json() for t in ticks], lambda: _next_text(beat, name, ticks))
+
+
+def _next_text(beat: DurableBeat, name: str, ticks: list[NextTick]) -> list[str]:
+    detail = beat.get(name, count=1)
+    lines = cli_format.next_ticks_table(ticks, detail.tz, state=detail.state)
+    if detail.overdue is not None:
+        lines.insert(0, "overdue " + cli_format.overdue_text(detail.overdue, detail.missed))
+    return lines
 
 
 @durable_beat.command(cls=VerbCommand)
@@ -283,6 +309,26 @@ def status(ctx: click.Context, as_json: bool) -> None:
     """Leader, fencing epoch, schedules by state and how many are due now."""
     view = control(ctx).status()
     emit(as_json, view.to_json, lambda: cli_format.status_lines(view))
+
+
+@durable_beat.command(cls=VerbCommand)
+@json_option
+@click.pass_context
+def check(ctx: click.Context, as_json: bool) -> None:
+    """Validate beat_schedule and the durable_beat_* settings as beat would, without the store.
+
+    Exit 2 with every problem on stderr, or print ``N schedules OK``: run it in CI and before a
+    deploy rolls out a config change.
+    """
+    checked = check_config(ctx.obj.app)
+    if as_json:
+        emit_json(checked.to_json())
+    elif checked.ok:
+        click.echo(f"{checked.schedules} schedules OK")
+    else:  # the form beat logs when it refuses: the count, then one problem a line
+        click.echo(f"beat would refuse to start: {checked.error()}", err=True)
+    if not checked.ok:
+        ctx.exit(EXIT_CODES["invalid input"])
 
 
 @durable_beat.command(cls=VerbCommand)

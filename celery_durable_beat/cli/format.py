@@ -8,12 +8,14 @@ own zone with its offset (SPEC §5); record times and task ids in UTC, as Flower
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from celery_durable_beat.control.views import (
     EventView,
     HistoryPage,
     NextTick,
+    Overdue,
     ScheduleDetail,
     ScheduleView,
     StatusView,
@@ -74,31 +76,55 @@ def schedules_table(views: Sequence[ScheduleView]) -> list[str]:
     return table(headers, rows)
 
 
-def schedule_detail(detail: ScheduleDetail) -> list[str]:
-    v = detail.view
-    d = v.definition
+def schedule_detail(detail: ScheduleDetail, ticks: Sequence[NextTick]) -> list[str]:
+    """``show``: the settings, then what will happen (overdue first), then the next ticks."""
+    d = detail.definition
     last = None
-    if v.last_tick_ms is not None:
-        last = f"{format_tick_instant(v.last_tick_ms)} ({v.last_outcome or 'no outcome'})"
+    if detail.last_tick_ms is not None:
+        outcome = detail.last_outcome or "no outcome"
+        last = f"{format_tick_instant(detail.last_tick_ms)} ({outcome})"
+    missed = detail.missed
     rows: list[tuple[str, object]] = [
-        ("name", v.name),
-        ("task", v.task),
-        ("schedule", f"{v.schedule}  =  {detail.description}"),
-        ("tz", v.tz),
-        ("state", f"{v.state}  (source {v.source}, version {v.version})"),
-        ("missed", v.missed if v.missed != "backfill" else f"backfill (max {v.backfill_max})"),
-        ("overlap", v.overlap),
-        ("jitter", f"{v.jitter:g}s"),
+        ("name", detail.name),
+        ("task", detail.task),
+        ("schedule", f"{detail.schedule}  =  {detail.description}"),
+        ("tz", detail.tz),
+        ("state", f"{detail.state}  (source {detail.source}, version {detail.version})"),
+        ("missed", missed if missed != "backfill" else f"backfill (max {detail.backfill_max})"),
+        ("overlap", detail.overlap),
+        ("jitter", f"{detail.jitter:g}s"),
         ("max lateness", EMPTY if d.max_lateness is None else f"{d.max_lateness:g}s"),
+        ("args", _compact(detail.args) if detail.args else None),
+        ("kwargs", _compact(detail.kwargs) if detail.kwargs else None),
+        ("options", _compact(detail.options) if detail.options else None),
         ("last tick", last),
-        ("next tick", v.next_tick),
     ]
-    if d.description:
-        rows.insert(1, ("about", d.description))
+    if detail.overdue is not None:
+        rows.append(("overdue", overdue_text(detail.overdue, detail.missed)))
+    else:
+        rows.append(("next tick", detail.next_tick))
+    if detail.about:
+        rows.insert(1, ("about", detail.about))
     lines = table(None, rows)
     lines.append("")
-    lines.extend(next_ticks_table(detail.next, v.tz, state=v.state))
+    lines.extend(next_ticks_table(ticks, detail.tz, state=detail.state))
     return lines
+
+
+def overdue_text(overdue: Overdue, policy: str) -> str:
+    """``since 15:49 (31 ticks due); the next round fires 16:19 (missed policy skip)``."""
+    count = f"{overdue.missed} tick{'s' if overdue.missed != 1 else ''} due"
+    if not overdue.fires:
+        fires = "nothing (every due tick is past its max_lateness)"
+    elif len(overdue.fires) == 1:
+        fires = overdue.fires[0]
+    else:
+        fires = f"{len(overdue.fires)} ticks, {overdue.fires[0]} .. {overdue.fires[-1]}"
+    return f"since {overdue.since} ({count}); the next round fires {fires} (missed: {policy})"
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
 _NOT_FIRING = {
@@ -182,11 +208,15 @@ def status_lines(status: StatusView) -> list[str]:
 
 
 def _leader(status: StatusView) -> str:
+    """The holder and until when, or plainly that nobody leads: never a guess at the lease kind."""
     expires = status.lease_expires_at
     if status.leader is not None:
         return f"{status.leader} (lease until {expires})" if expires else status.leader
     if status.epoch == 0:
-        return "none (no beat has led this store yet)"
+        return f"{NO_LEADER} (none has led this store yet)"
     if expires:
-        return f"none (the last lease expired at {expires})"
-    return "not recorded in the store (a Redis or single-beat lease)"
+        return f"{NO_LEADER} (the last lease expired at {expires})"
+    return NO_LEADER
+
+
+NO_LEADER = "no leader: no beat holds the lease"

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from celery_durable_beat.control.api import DurableBeat
+from celery_durable_beat.control.check import ConfigCheck, check_config
 from celery_durable_beat.control.views import (
     EventView,
     HistoryPage,
     NextTick,
+    Overdue,
     ScheduleDetail,
     ScheduleView,
     StatusView,
@@ -15,10 +17,13 @@ from celery_durable_beat.control.views import (
 )
 
 __all__ = [
+    "ConfigCheck",
+    "check_config",
     "DurableBeat",
     "EventView",
     "HistoryPage",
     "NextTick",
+    "Overdue",
     "ScheduleDetail",
     "ScheduleView",
     "StatusView",

@@ -25,10 +25,11 @@ import builtins
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from celery_durable_beat.celery_config import app_defaults, translate_entry
 from celery_durable_beat.clock import datetime_to_ms
+from celery_durable_beat.control.details import schedule_detail, upcoming
 from celery_durable_beat.control.views import (
     EventView,
     HistoryPage,
@@ -46,7 +47,6 @@ from celery_durable_beat.control.views import (
 from celery_durable_beat.dispatch import Publisher
 from celery_durable_beat.exceptions import (
     InvalidArgument,
-    OccurrenceSearchError,
     PublishFailed,
     ScheduleConflict,
     ScheduleNotFound,
@@ -57,14 +57,13 @@ from celery_durable_beat.message import TickMessage, build_message
 from celery_durable_beat.model import Outcome, ScheduleState, Source, Trigger
 from celery_durable_beat.policy import due_ms
 from celery_durable_beat.publish import CeleryPublisher
-from celery_durable_beat.schedules.describe import describe
 from celery_durable_beat.schedules.occurrences import next_tick
 from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import AuditEvent, ScheduleRecord, Store
+from celery_durable_beat.store.base import AuditEvent, LeaderInfo, ScheduleRecord, Store
 from celery_durable_beat.sync import first_tick_ms
-from celery_durable_beat.wiring import make_store
+from celery_durable_beat.wiring import make_lease_reader, make_store
 
 __all__ = [
     "COUNT_LIMIT",
@@ -72,6 +71,7 @@ __all__ = [
     "EventView",
     "HISTORY_LIMIT",
     "HistoryPage",
+    "LeaseHolder",
     "NextTick",
     "ScheduleDetail",
     "ScheduleView",
@@ -86,12 +86,22 @@ COUNT_LIMIT = (1, 100)
 """Allowed ``next_ticks`` / ``get`` look-ahead counts."""
 
 
+class LeaseHolder(Protocol):
+    """Reads who holds a lease kept outside the store (``wiring.LeaseReader`` for Redis)."""
+
+    def read(self) -> LeaderInfo:
+        """Holder, epoch and expiry as the lease backend sees them now; takes nothing."""
+
+    def close(self) -> None:
+        """Release connections; idempotent."""
+
+
 class DurableBeat:
     """Steer the schedules of a Celery app: read, change, pause, run now, audit.
 
     The store is built from ``app.conf`` on first use and its schema checked then (created on an
-    empty database, refused when outdated), so constructing one is free. ``store`` and
-    ``publisher`` may be injected, e.g. a ``CapturingPublisher`` in tests.
+    empty database, refused when outdated), so constructing one is free. ``store``,
+    ``publisher`` and ``lease_reader`` may be injected, e.g. a ``CapturingPublisher`` in tests.
     """
 
     def __init__(
@@ -101,11 +111,13 @@ class DurableBeat:
         store: Store | None = None,
         publisher: Publisher | None = None,
         settings: Settings | None = None,
+        lease_reader: LeaseHolder | None = None,
     ) -> None:
         self.app = app
         self.settings = settings or Settings.from_conf(app.conf)
         self._store = store
         self._publisher = publisher
+        self._reader = lease_reader
         self._schema_checked = False
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -130,6 +142,8 @@ class DurableBeat:
         return self._publisher
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
         if self._store is not None:
             self._store.close()
 
@@ -157,42 +171,34 @@ class DurableBeat:
         return [schedule_view(record) for record in self.store.list_schedules()]
 
     def get(self, name: str, *, count: int = 5, after: datetime | None = None) -> ScheduleDetail:
-        """One schedule with its description in words and its next ``count`` ticks."""
+        """One schedule, flat: its attributes are the ``show --json`` fields (SPEC §8).
+
+        ``overdue`` says what the next round fires when the stored tick is already past;
+        ``next`` holds only ticks to come; ``args``, ``kwargs`` and ``options`` are redacted
+        with ``durable_beat_redact``. With ``after``, ``next`` looks ahead from that instant.
+        """
+        _check_range("count", count, COUNT_LIMIT)
         record = self._require(name)
-        return ScheduleDetail(
-            view=schedule_view(record),
-            description=describe(record.definition.spec),
-            next=tuple(self._next(record, count, after)),
+        return schedule_detail(
+            record,
+            now_ms=self.store.now_ms(),
+            count=count,
+            after_ms=None if after is None else datetime_to_ms(after),
+            redact_keys=self.settings.redact,
         )
 
     def next_ticks(
         self, name: str, count: int = 5, *, after: datetime | None = None
     ) -> builtins.list[NextTick]:
-        """The next ``count`` ticks (1..100) after ``after`` (default: now).
+        """The next ``count`` ticks (1..100) after ``after`` (default: now), with their task ids.
 
-        Without ``after``, an active schedule's stored next tick comes first even when it is
-        already due, since that is the tick beat fires next.
+        Only ticks to come: an overdue schedule's due ticks are ``get(name).overdue``'s, and
+        the list starts after the tick its policy fires next.
         """
-        return self._next(self._require(name), count, after)
-
-    def _next(
-        self, record: ScheduleRecord, count: int, after: datetime | None
-    ) -> builtins.list[NextTick]:
         _check_range("count", count, COUNT_LIMIT)
-        spec, ticks = record.definition.spec, []
-        if after is not None:
-            cursor = datetime_to_ms(after)
-        else:
-            cursor = self.store.now_ms()
-            pending = record.next_tick_ms if record.state is ScheduleState.ACTIVE else None
-            if pending is not None and pending <= cursor:
-                ticks.append(pending)  # already due: beat fires it (or its policy) next
-        try:
-            while len(ticks) < count:
-                cursor = next_tick(spec, cursor)
-                ticks.append(cursor)
-        except OccurrenceSearchError:
-            pass  # a cron with no further occurrence: show what there is
+        record = self._require(name)
+        after_ms = None if after is None else datetime_to_ms(after)
+        ticks = upcoming(record, self.store.now_ms(), count, after_ms)
         tz = record.definition.tz
         return [NextTick(t, tick_isoformat(t, tz), tick_task_id(record.name, t)) for t in ticks]
 
@@ -212,21 +218,37 @@ class DurableBeat:
         )
 
     def status(self) -> StatusView:
-        """Who leads at which fencing epoch, schedules by state, and how many are due now."""
+        """Who leads at which fencing epoch, schedules by state, and how many are due now.
+
+        The holder is read where the lease lives: Redis (``durable_beat_lease_url``, read-only)
+        or the store's lease row. ``leader`` is None when no beat holds an unexpired lease.
+        """
         store = self.store
         now = store.now_ms()
         info = store.leader_info()
-        live = info.holder is not None and (info.expires_at_ms is None or info.expires_at_ms > now)
-        expires = info.expires_at_ms
+        reader = self._lease_reader()
+        if reader is not None:  # the Redis key expires by itself: a holder there is live
+            held = reader.read()
+            leader, expires = held.holder, held.expires_at_ms
+            epoch = max(info.epoch, held.epoch)
+        else:
+            expires, epoch = info.expires_at_ms, info.epoch
+            live = info.holder is not None and (expires is None or expires > now)
+            leader = info.holder if live else None
         return StatusView(
-            leader=info.holder if live else None,
-            epoch=info.epoch,
+            leader=leader,
+            epoch=epoch,
             lease_expires_at=None if expires is None else format_tick_instant(expires),
             counts=store.counts_by_state(),
             due_backlog=store.due_backlog(now),
             now_ms=now,
             lease_expires_at_ms=expires,
         )
+
+    def _lease_reader(self) -> LeaseHolder | None:
+        if self._reader is None and self.settings.lease_url:
+            self._reader = make_lease_reader(self.settings)
+        return self._reader
 
     # -- changing -----------------------------------------------------------------------------
     def upsert(self, name: str, definition: Mapping[str, Any]) -> UpsertStatus:

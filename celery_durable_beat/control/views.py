@@ -90,19 +90,77 @@ LIST_FIELDS = (
 
 
 @dataclass(frozen=True)
-class ScheduleDetail:
-    """A schedule as ``show`` gives it: the list fields, the schedule in words, the next ticks."""
+class Overdue:
+    """A schedule whose stored next tick is already past (no beat ran): since when, how many
+    occurrences are due, and which of them its missed-run policy fires on the next round
+    (SPEC §8). ``fires`` is empty when ``max_lateness`` drops them all."""
 
-    view: ScheduleView
+    since: str
+    missed: int
+    fires: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"since": self.since, "missed": self.missed, "fires": list(self.fires)}
+
+
+@dataclass(frozen=True)
+class ScheduleDetail:
+    """A schedule as ``show`` gives it, flat: its attributes are the ``show --json`` fields.
+
+    The ``list`` fields, then ``description`` (the schedule in words), ``about`` (the entry's own
+    free text), ``overdue``, ``next`` (future tick instants only, in the schedule's zone) and
+    ``args``, ``kwargs``, ``options`` with ``durable_beat_redact`` applied. ``definition`` is the
+    validated definition for Python callers (unredacted) and is never serialised.
+    """
+
+    name: str
+    task: str
+    schedule: str
+    tz: str
+    missed: str
+    backfill_max: int
+    overlap: str
+    jitter: float
+    state: str
+    version: int
+    source: str
+    next_tick: str | None
+    next_tick_ms: int | None
+    last_tick_ms: int | None
+    last_outcome: str | None
     description: str
-    next: tuple[NextTick, ...]
+    about: str | None
+    overdue: Overdue | None
+    next: tuple[str, ...]
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    options: Mapping[str, Any]
+    definition: Definition = field(repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            **self.view.to_json(),
+            **{name: getattr(self, name) for name in LIST_FIELDS},
             "description": self.description,
-            "next": [tick.tick for tick in self.next],
+            "about": self.about,
+            "overdue": None if self.overdue is None else self.overdue.to_json(),
+            "next": list(self.next),
+            "args": list(self.args),
+            "kwargs": dict(self.kwargs),
+            "options": dict(self.options),
         }
+
+
+DETAIL_FIELDS = (
+    *LIST_FIELDS,
+    "description",
+    "about",
+    "overdue",
+    "next",
+    "args",
+    "kwargs",
+    "options",
+)
+"""The fields of ``show --json`` and the attributes of ``DurableBeat.get``, in SPEC §8's order."""
 
 
 @dataclass(frozen=True)

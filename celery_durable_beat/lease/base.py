@@ -10,6 +10,10 @@ Rules every backend keeps:
 3. ``release()`` gives the lease up only if this beat holds it, so a successor can take over on
    its next round instead of waiting out the TTL. Idempotent.
 4. A backend failure raises ``LeaseError``; "someone else leads" is a normal answer, not an error.
+5. Optional, for a backend that keeps the holder outside the store (Redis): ``holder_info()``
+   (``HolderInfo``) reads who holds the lease and until when, by the backend's clock, without
+   acquiring, renewing or touching the epoch; a free or expired lease has ``holder`` None. The
+   store lease needs none: its holder is the store's fence row (``Store.leader_info``).
 """
 
 from __future__ import annotations
@@ -65,6 +69,17 @@ class Lease(Protocol):
         """Release connections; idempotent."""
 
 
+class HolderInfo(Protocol):
+    """Rule 5: a read-only look at the lease, for ``status`` (SPEC §8)."""
+
+    def holder_info(self) -> LeaseStatus:
+        """Who holds the lease, at which epoch, until when; ``leader`` is whether this object's
+        own token holds it (a reader that never acquired: always False)."""
+
+    def close(self) -> None:
+        """Release connections; idempotent."""
+
+
 class SoleLease:
     """Always the leader at a fixed epoch: one beat, no election (FrozenBeat, tests)."""
 
@@ -106,9 +121,7 @@ class FenceRows(Protocol):
     """The fence row's compare-and-set rules, as a store keeps them (``lease/sql.py`` states them
     for SQL; ``store/memory.py`` keeps the same ones under its lock)."""
 
-    def acquire_or_renew(
-        self, token: str, holder: str, ttl_ms: int, epoch: int | None
-    ) -> LeaseRow:
+    def acquire_or_renew(self, token: str, holder: str, ttl_ms: int, epoch: int | None) -> LeaseRow:
         """Renew if ``token`` holds the lease at ``epoch``, else take it if free or expired."""
 
     def release(self, token: str) -> bool:

@@ -31,7 +31,7 @@ from celery_durable_beat.lease.base import LeaseStatus, default_holder, new_toke
 from celery_durable_beat.urls import redact_url
 
 if TYPE_CHECKING:
-    from celery_durable_beat.lease.base import Lease
+    from celery_durable_beat.lease.base import HolderInfo, Lease
 
 DEFAULT_KEY = "{durable_beat}:lease"
 
@@ -76,6 +76,24 @@ return 0
 """
 
 
+HOLDER_INFO = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local epoch = tonumber(redis.call('GET', KEYS[3]) or '0')
+local left = redis.call('PTTL', KEYS[1])
+if left == -2 then
+  return {0, epoch, 0, '', 0}
+end
+local mine = 0
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  mine = 1
+end
+return {1, epoch, now + left, redis.call('GET', KEYS[2]) or '', left, mine}
+"""
+"""Read-only: ``{held, epoch, expires_at_ms, holder, left_ms, mine}`` in one atomic look (a
+``left`` of -1, a key without expiry, is never written by this module and reads as held)."""
+
+
 class RedisLease:
     """Leadership through a Redis key; expiry by Redis's clock.
 
@@ -106,6 +124,7 @@ class RedisLease:
         self._client = client if client is not None else _client(url, ttl_seconds)
         self._acquire = self._client.register_script(ACQUIRE_OR_RENEW)
         self._release = self._client.register_script(RELEASE)
+        self._holder_info = self._client.register_script(HOLDER_INFO)
 
     def __repr__(self) -> str:
         return f"RedisLease({self.shown_url!r}, holder={self.holder!r}, ttl={self.ttl_seconds:g}s)"
@@ -126,6 +145,20 @@ class RedisLease:
 
     def release(self) -> None:
         self._run(self._release)
+
+    def holder_info(self) -> LeaseStatus:
+        """Who holds the lease until when, by Redis's clock; takes and renews nothing (rule 5)."""
+        answer = self._run(self._holder_info)
+        held, epoch, expires_at_ms, left = (int(answer[i]) for i in (0, 1, 2, 4))
+        if not held:
+            return LeaseStatus(False, epoch, None, None, 0)
+        return LeaseStatus(
+            leader=bool(int(answer[5])),
+            epoch=epoch,
+            holder=_text(answer[3]) or None,
+            expires_at_ms=expires_at_ms if left >= 0 else None,
+            remaining_ms=left if left >= 0 else None,
+        )
 
     def close(self) -> None:
         with contextlib.suppress(Exception):  # closing a client that is already broken
@@ -180,4 +213,8 @@ if TYPE_CHECKING:
 
     def _conforms(lease: RedisLease) -> Lease:
         """mypy proves here that RedisLease keeps the Lease protocol."""
+        return lease
+
+    def _reads_its_holder(lease: RedisLease) -> HolderInfo:
+        """... and rule 5's optional read."""
         return lease

@@ -69,11 +69,25 @@ def main() -> int:
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    print(f"\n{len(ticks)} ticks executed. The schedules, their next ticks and the audit trail:")
-    command = f"{sys.executable} -m celery -A app"
-    print(f"  cd examples/quickstart && {command} durable-beat list")
-    print(f"  cd examples/quickstart && {command} durable-beat history heartbeat")
+    print(f"\n{len(ticks)} ticks executed. Next steps:")
+    for line in next_steps(f"{sys.executable} -m celery -A app"):
+        print(line)
     return 0 if ticks else 1
+
+
+NEXT_STEPS = (
+    ("durable-beat list", "the schedules, their state and next tick"),
+    ("durable-beat history heartbeat", "the audit trail of one schedule"),
+    ("durable-beat check", "validate the config as beat would: run it in CI before a deploy"),
+)
+"""The commands the demo ends with (a test runs each against this app)."""
+
+
+def next_steps(command: str) -> list[str]:
+    """One line per next step: the command to paste, then what it shows."""
+    return [
+        f"  cd examples/quickstart && {command} {verb}    # {what}" for verb, what in NEXT_STEPS
+    ]
 
 
 if __name__ == "__main__":

@@ -112,12 +112,12 @@ def dispatch_at(store: Store, now_ms: int) -> CapturingPublisher:
 # -- upsert -----------------------------------------------------------------------------------
 def test_upsert_created_unchanged_updated_with_versions(beat: DurableBeat) -> None:
     assert beat.upsert("pulse", PULSE) == "created"
-    first = beat.get("pulse").view
+    first = beat.get("pulse")
     assert (first.version, first.source, first.state) == (1, "api", "active")
     assert beat.upsert("PULSE", dict(PULSE)) is UpsertStatus.UNCHANGED
-    assert beat.get("pulse").view.next_tick_ms == first.next_tick_ms
+    assert beat.get("pulse").next_tick_ms == first.next_tick_ms
     assert beat.upsert("pulse", {**PULSE, "schedule": "@every 2s"}) == "updated"
-    assert beat.get("pulse").view.version == 2
+    assert beat.get("pulse").version == 2
 
 
 def test_upsert_plans_the_first_tick_after_the_store_clock(
@@ -125,7 +125,7 @@ def test_upsert_plans_the_first_tick_after_the_store_clock(
 ) -> None:
     before = store.now_ms()
     beat.upsert("pulse", PULSE)
-    next_ms = beat.get("pulse").view.next_tick_ms
+    next_ms = beat.get("pulse").next_tick_ms
     assert next_ms is not None
     assert before < next_ms <= store.now_ms() + 1000
 
@@ -150,7 +150,7 @@ def test_upsert_of_a_config_schedule_is_refused(
         beat.upsert("Nightly", {"task": "proj.other", "schedule": "0 4 * * *"})
     beat.delete("nightly")  # the documented way to take it over
     assert beat.upsert("nightly", {"task": "proj.other", "schedule": "0 4 * * *"}) == "created"
-    assert beat.get("nightly").view.source == "api"
+    assert beat.get("nightly").source == "api"
 
 
 # -- pause / resume / archive / delete --------------------------------------------------------
@@ -195,7 +195,7 @@ def test_resume_of_a_quarantined_schedule_plans_from_now(
 
 def test_resume_of_an_active_schedule_moves_nothing(beat: DurableBeat) -> None:
     beat.upsert("pulse", PULSE)
-    before = beat.get("pulse").view
+    before = beat.get("pulse")
     assert beat.resume("pulse").next_tick_ms == before.next_tick_ms
 
 
@@ -208,7 +208,7 @@ def test_archive_then_resume_is_refused_and_upsert_reactivates(beat: DurableBeat
     with pytest.raises(ScheduleConflict):
         beat.pause("pulse")
     assert beat.upsert("pulse", PULSE) == "updated"
-    assert beat.get("pulse").view.state == "active"
+    assert beat.get("pulse").state == "active"
 
 
 def test_delete_keeps_history(beat: DurableBeat, store: Store) -> None:
@@ -237,14 +237,14 @@ def test_trigger_same_key_runs_once(
     beat: DurableBeat, store: Store, publisher: CapturingPublisher
 ) -> None:
     beat.upsert("pulse", PULSE)
-    next_before = beat.get("pulse").view.next_tick_ms
+    next_before = beat.get("pulse").next_tick_ms
     first = beat.trigger("pulse", idempotency_key="deploy-42")
     again = beat.trigger("Pulse", idempotency_key="deploy-42")
     assert first.created
     assert not again.created
     assert first.task_id == again.task_id == manual_task_id("pulse", "deploy-42")
     assert len(publisher.messages) == 1
-    assert beat.get("pulse").view.next_tick_ms == next_before  # the plan does not move
+    assert beat.get("pulse").next_tick_ms == next_before  # the plan does not move
     (event,) = beat.history("pulse").events
     assert (event.trigger, event.outcome, event.task_id) == ("manual", "enqueued", first.task_id)
 
@@ -349,18 +349,19 @@ def test_next_ticks_across_spring_forward(beat: DurableBeat) -> None:
     assert beat.next_ticks("nyc", 1, after=after)[0].task_id == "nyc@2026-03-07T07:30:00Z"
 
 
-def test_next_ticks_start_with_a_tick_that_is_already_due(
+def test_next_ticks_after_an_overdue_tick_are_only_future(
     beat: DurableBeat, store: Store
 ) -> None:
-    """A tick beat has not fired yet (beat down, say) is what fires next: it is listed first."""
+    """A tick beat has not fired yet (beat down, say) is ``get().overdue``, not a "next" tick."""
     hour = 3_600_000
     beat.upsert("pulse", {**PULSE, "schedule": "@every 1h"})
     now = store.now_ms()
     overdue = (now // hour - 2) * hour
     store.set_state("pulse", ScheduleState.ACTIVE, now, next_tick_ms=overdue, next_due_ms=overdue)
     ticks = [t.tick_ms for t in beat.next_ticks("pulse", 3)]
-    assert ticks[0] == overdue
-    assert ticks[1:] == [(now // hour + 1) * hour, (now // hour + 2) * hour]
+    assert ticks == [(now // hour + n) * hour for n in (1, 2, 3)]
+    detail = beat.get("pulse")
+    assert detail.overdue is not None and detail.overdue.missed == 3  # the backfill fires all
 
 
 @pytest.mark.parametrize("count", [0, 101])

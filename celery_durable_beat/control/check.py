@@ -1,0 +1,76 @@
+"""``check``: would beat accept this app's config? Answered without touching the store (SPEC §8).
+
+The same validation beat runs at start (``Settings.from_conf`` for the ``durable_beat_*``
+settings, ``celery_config.definitions_from_app`` for ``beat_schedule``), so a CI or deploy
+pipeline can refuse a config change before any beat refuses it. Both halves are always run, so
+one invalid setting does not hide a broken entry.
+
+It also gives the read verbs settings to answer with on an invalid config: every valid setting as
+configured, each invalid one at its default, so ``list`` still reads the configured store.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from celery_durable_beat.celery_config import definitions_from_app
+from celery_durable_beat.exceptions import ConfigError, ConfigProblem
+from celery_durable_beat.settings import PREFIX, Settings
+
+
+@dataclass(frozen=True)
+class ConfigCheck:
+    """The verdict on an app's config: the schedules that validated, or every problem."""
+
+    schedules: int
+    problems: tuple[ConfigProblem, ...]
+    settings: Settings
+    """The settings to operate with: invalid ones replaced by their defaults."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def error(self) -> ConfigError:
+        """The problems as the one ``ConfigError`` beat would refuse to start with."""
+        return ConfigError(self.problems)
+
+    def to_json(self) -> dict[str, Any]:
+        problems = [{"entry": p.entry, "field": p.field, "problem": str(p)} for p in self.problems]
+        return {"ok": self.ok, "schedules": self.schedules, "problems": problems}
+
+
+def check_config(app: Any) -> ConfigCheck:
+    """Validate ``app.conf``'s ``durable_beat_*`` settings and ``beat_schedule``; no I/O."""
+    problems: list[ConfigProblem] = []
+    try:
+        settings = Settings.from_conf(app.conf)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+        settings = lenient_settings(app.conf)
+    schedules = 0
+    try:
+        schedules = len(definitions_from_app(app, settings))
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    return ConfigCheck(schedules, tuple(problems), settings)
+
+
+def lenient_settings(conf: Any) -> Settings:
+    """The settings with each one that fails validation on its own left at its default."""
+    valid: dict[str, Any] = {}
+    for name in Settings.model_fields:
+        key = PREFIX + name
+        value = conf.get(key)
+        if value is None:
+            continue
+        try:
+            Settings.from_conf({key: value})
+        except ConfigError:
+            continue
+        valid[key] = value
+    try:
+        return Settings.from_conf(valid)
+    except ConfigError:  # settings that are only invalid together: fall back to the defaults
+        return Settings.from_conf({})
