@@ -169,14 +169,15 @@ def test_unfinished_writes_touch_only_unfinished_claims(claims: Claims) -> None:
 
 def test_heartbeat_pushes_on_only_the_owners_started_claim(claims: Claims) -> None:
     alive, done, other = key(T0), key(T0 + 1000), key(T0 + 2000)
+    # 2 s, not less: the heartbeat must land before the claims expire even on a loaded machine.
     for k in (alive, done, other):
-        claims.claim(k, "w1", 0, 200)
-    settle(claims, done, RunState.SUCCEEDED, "w1", keep_ms=200)
+        claims.claim(k, "w1", 0, 2000)
+    settle(claims, done, RunState.SUCCEEDED, "w1", keep_ms=2000)
     claims.heartbeat([(alive.task_id, "w1"), (done.task_id, "w1")], MINUTE)
     claims.heartbeat([(other.task_id, "someone-else")], MINUTE)
-    time.sleep(0.3)
+    time.sleep(2.2)  # past every 2 s expiry: only what the heartbeat pushed on is left
     assert claims.claim(alive, "w2", 0, MINUTE) is RunState.STARTED  # still alive
-    assert claims.claim(done, "w2", 0, MINUTE) is None  # finished, kept 200 ms
+    assert claims.claim(done, "w2", 0, MINUTE) is None  # finished, kept 2 s
     assert claims.claim(other, "w2", 0, MINUTE) is None  # lost: nobody pushed it on
 
 

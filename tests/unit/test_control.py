@@ -9,7 +9,6 @@ needs a database of its own (the schema made on first use) is in
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -34,6 +33,7 @@ from celery_durable_beat.publish import CapturingPublisher
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import Store
 from celery_durable_beat.sync import sync_definitions
+from celery_durable_beat.testing import MemoryStore
 
 pytestmark = pytest.mark.unit
 
@@ -154,20 +154,24 @@ def test_upsert_of_a_config_schedule_is_refused(
 
 
 # -- pause / resume / archive / delete --------------------------------------------------------
-def test_pause_stops_ticks_and_resume_does_not_replay(beat: DurableBeat, store: Store) -> None:
+def test_pause_stops_ticks_and_resume_does_not_replay(publisher: CapturingPublisher) -> None:
+    """On a manual clock: where "now" falls between two 100 ms ticks never matters."""
+    clock = [1_796_000_000_050]  # between two ticks of FAST on purpose
+    store = MemoryStore(clock=lambda: clock[0])
+    store.register_epoch(1)
+    beat = DurableBeat(make_app(APP_URL), store=store, publisher=publisher)
     beat.upsert("pulse", FAST)
-    time.sleep(0.35)
+    clock[0] += 350
     assert dispatch_at(store, store.now_ms()).messages  # it ticks
     paused = beat.pause("pulse")
     assert (paused.state, paused.next_tick, paused.next_tick_ms) == ("paused", None, None)
     assert beat.pause("pulse").state == "paused"  # idempotent
-    time.sleep(0.5)  # the paused window: about five ticks
+    clock[0] += 500  # the paused window: five ticks
     assert dispatch_at(store, store.now_ms() + 60_000).messages == []
     resume_from = store.now_ms()
     resumed = beat.resume("pulse")
     assert resumed.state == "active"
-    assert resumed.next_tick_ms is not None
-    assert resume_from < resumed.next_tick_ms <= resume_from + 100
+    assert resumed.next_tick_ms == resume_from - resume_from % 100 + 100  # the next, no replay
     fired = [m.tick_ms for m in dispatch_at(store, resumed.next_tick_ms + 250).messages]
     assert fired == [resumed.next_tick_ms + step for step in (0, 100, 200)]
 
