@@ -36,6 +36,7 @@ SETTINGS = {
     "run_ttl": "GUARD_RUN_TTL",
     "visibility_timeout": "VISIBILITY_TIMEOUT",
     "fault": "DURABLE_BEAT_FAULT",
+    "timezone": "BEAT_TIMEZONE",
 }
 """Test app setting -> the environment variable ``procapp`` reads it from."""
 
