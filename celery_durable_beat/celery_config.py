@@ -10,16 +10,17 @@ restricted, so it travels as :class:`~celery_durable_beat.schedules.spec.CronFie
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from celery.backends.base import DisabledBackend
 from celery.schedules import crontab, schedule, solar
 
-from celery_durable_beat.exceptions import ConfigError, ConfigProblem
+from celery_durable_beat.exceptions import ConfigError, ConfigProblem, SettingProblem
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Definition
 from celery_durable_beat.schedules.spec import CronFields, DayRule
-from celery_durable_beat.schedules.validate import EntryDefaults, validate_entries
+from celery_durable_beat.schedules.validate import EntryDefaults, validate_entries, zone_problem
 from celery_durable_beat.settings import Settings
 
 _CRONTAB_FIELDS = (
@@ -42,16 +43,22 @@ def definitions_from_app(app: Any, settings: Settings) -> list[Definition]:
     """Validate ``app.conf.beat_schedule``; one ConfigError lists every problem."""
     raw = app.conf.beat_schedule or {}
     if not isinstance(raw, Mapping):
-        raise ConfigError([ConfigProblem("beat_schedule", "beat_schedule", "is not a dict")])
+        problem = f"beat_schedule is not a dict but a {type(raw).__name__}; give name -> entry"
+        raise ConfigError([SettingProblem("settings", "beat_schedule", problem)])
     translated: dict[str, Any] = {}
+    defaults = app_defaults(app, settings)
     problems: list[ConfigProblem] = []
+    zone = timezone_problem(defaults.tz)
+    if zone is not None:  # said once, as the setting, not against every entry inheriting it
+        problems.append(zone)
+        defaults = replace(defaults, tz="UTC")
     for name, entry in {**raw, **default_entries(app, raw)}.items():
         try:
             translated[name] = translate_entry(name, entry)
         except ConfigError as exc:
             problems.extend(exc.problems)
     try:
-        definitions = validate_entries(translated, app_defaults(app, settings))
+        definitions = validate_entries(translated, defaults)
     except ConfigError as exc:
         problems.extend(exc.problems)
     if problems:
@@ -82,6 +89,14 @@ def default_entries(app: Any, beat_schedule: Mapping[Any, Any]) -> dict[str, Any
             "description": "Celery's expired-results cleanup, added as stock beat adds it",
         }
     }
+
+
+def timezone_problem(zone: str) -> SettingProblem | None:
+    """Why ``app.conf.timezone`` is unusable as the entries' default zone, or None."""
+    problem = zone_problem(zone)
+    if problem is None:
+        return None
+    return SettingProblem("settings", "timezone", f"timezone {problem.removeprefix('tz ')}")
 
 
 def translate_entry(name: str, entry: Any) -> Any:

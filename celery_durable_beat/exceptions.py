@@ -39,6 +39,19 @@ class ConfigProblem:
         return f'schedule "{self.entry}": {self.problem}'
 
 
+@dataclass(frozen=True)
+class SettingProblem(ConfigProblem):
+    """A bad app-wide setting (``durable_beat_*``, ``timezone``): named once, as the setting.
+
+    Why a kind of its own: a setting is not a schedule, so it must not print as
+    ``schedule "settings"`` nor be repeated against every entry that would inherit it.
+    ``field`` is the setting's name and ``problem`` starts with it.
+    """
+
+    def __str__(self) -> str:
+        return f"setting {self.problem}"
+
+
 class ConfigError(DurableBeatError):
     """Invalid schedule definitions; every problem of one config is collected in ``problems``."""
 

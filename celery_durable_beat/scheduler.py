@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import signal
-from typing import Any
+from typing import Any, NoReturn
 
 from celery import beat
 
@@ -34,6 +34,8 @@ from celery_durable_beat.urls import redact_url
 from celery_durable_beat.wiring import make_beat_loop
 
 log = logging.getLogger("celery_durable_beat.scheduler")
+EXIT_INVALID_CONFIG = 2
+"""Beat's exit status on an invalid config: the status ``durable-beat check`` gives it too."""
 
 
 def _election(name: str, default: object) -> Any:
@@ -41,11 +43,29 @@ def _election(name: str, default: object) -> Any:
     return property(lambda self: getattr(self.loop.leadership, name) if self.loop else default)
 
 
+def _refuse(exc: ConfigError) -> NoReturn:
+    """Say what is wrong in one log line per problem, then exit with ``EXIT_INVALID_CONFIG``.
+
+    Why ``SystemExit`` and not the ``ConfigError``: ``celery beat`` catches every ``Exception``
+    from its service and logs ``beat raised exception`` with the whole traceback after our
+    message, burying it. ``SystemExit`` passes through Celery untouched; the ``ConfigError``
+    stays reachable as its ``__cause__`` for callers that build a Scheduler themselves.
+    """
+    text = str(exc.problems[0]) if len(exc.problems) == 1 else str(exc)
+    log.critical("beat refuses to start: %s", text, extra={"action": Action.BEAT_REFUSED.value})
+    raise SystemExit(EXIT_INVALID_CONFIG) from exc
+
+
 class Scheduler(beat.Scheduler):  # type: ignore[misc]
     """The durable scheduler Celery beat drives."""
 
     def __init__(self, app: Any, *args: Any, clock: Clock | None = None, **kwargs: Any) -> None:
-        self.settings = Settings.from_conf(app.conf)
+        self._refusal: ConfigError | None = None
+        try:
+            self.settings = Settings.from_conf(app.conf)
+        except ConfigError as exc:  # the banner's lazy instance must not fail before logging
+            self._refusal = exc  # is set up: setup_schedule refuses, with the defaults meanwhile
+            self.settings = Settings.from_conf({}, environ={})
         self.clock: Clock = clock or SystemClock()
         self.store: Store | None = None
         self.lease: Lease | None = None
@@ -58,12 +78,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     def setup_schedule(self) -> None:
         try:
+            if self._refusal is not None:
+                raise self._refusal
             self.loop = loop = make_beat_loop(self.app, self.settings, self.clock)
         except ConfigError as exc:
-            log.critical(
-                "beat refuses to start: %s", exc, extra={"action": Action.BEAT_REFUSED.value}
-            )
-            raise
+            _refuse(exc)
         self.store, self.lease, self.dispatcher = loop.store, loop.leadership.lease, loop.dispatcher
         loop.prepare()
         self._install_signal_handlers()
@@ -107,6 +126,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     @property
     def info(self) -> str:
+        if self._refusal is not None:
+            return "    . config -> invalid: beat will refuse to start (the reason follows)"
         lease = redact_url(self.settings.lease_url) if self.settings.lease_url else "store"
         return (
             f"    . store -> {redact_url(self.settings.url)}\n"

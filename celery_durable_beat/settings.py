@@ -11,8 +11,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from celery_durable_beat.exceptions import ConfigError, ConfigProblem
+from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.model import MissedPolicy
+from celery_durable_beat.urls import redact_url
 
 DEFAULT_URL = "sqlite:///celerybeat-durable.sqlite3"
 URL_ENV = "DURABLE_BEAT_URL"
@@ -67,10 +68,12 @@ class Settings(BaseModel):
             raise ConfigError([_problem(err) for err in exc.errors()]) from None
 
 
-def _problem(error: Any) -> ConfigProblem:
-    setting = PREFIX + str(error["loc"][0]) if error["loc"] else "durable_beat settings"
-    return ConfigProblem(
-        entry="settings",
-        field=setting,
-        problem=f"{setting} = {error.get('input')!r}: {error['msg']}",
+def _problem(error: Any) -> SettingProblem:
+    """One line naming the setting, its value (a URL without its password) and what is wrong."""
+    name = str(error["loc"][0]) if error["loc"] else ""
+    setting = PREFIX + name if name else "durable_beat settings"
+    value = error.get("input")
+    shown = redact_url(value) if name.endswith("url") and isinstance(value, str) else repr(value)
+    return SettingProblem(
+        entry="settings", field=setting, problem=f"{setting} = {shown}: {error['msg']}"
     )

@@ -133,7 +133,7 @@ def _check_fields(
         found.add("task", 'task is missing; give the task name, e.g. "proj.tasks.cleanup"')
     values["task"] = task
     values["spec"] = _check_schedule(entry, defaults, found)
-    values["args"] = _check_args(entry.get("args", ()), found)
+    values["args"] = _check_args(entry.get("args"), found)
     values["kwargs"] = _check_mapping(entry, "kwargs", found)
     values["options"] = _check_mapping(entry, "options", found)
     values["missed"] = _check_choice(entry, "missed", MissedPolicy, defaults.missed, found)
@@ -236,6 +236,8 @@ def _check_zone(name: object, field: str, found: _Collector) -> bool:
 
 
 def _check_args(value: object, found: _Collector) -> tuple[Any, ...]:
+    if value is None:  # stock Celery reads a missing or None args as no arguments
+        return ()
     if not isinstance(value, (list, tuple)):
         found.add("args", f"args is a {type(value).__name__}; give a list, e.g. [1, 2]")
         return ()

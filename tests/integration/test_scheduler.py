@@ -8,7 +8,7 @@ import pytest
 from celery import Celery
 
 from celery_durable_beat.exceptions import ConfigError
-from celery_durable_beat.scheduler import Scheduler
+from celery_durable_beat.scheduler import EXIT_INVALID_CONFIG, Scheduler
 
 pytestmark = pytest.mark.integration
 
@@ -57,15 +57,22 @@ def test_close_twice_and_burst_of_ticks(tmp_path: Path, monkeypatch: pytest.Monk
 def test_invalid_config_refuses_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DURABLE_BEAT_URL", raising=False)
     app = _app(f"sqlite:///{tmp_path}/s.sqlite3", {"x": {"task": "t", "schedule": "nope"}})
-    with pytest.raises(ConfigError, match='schedule "x"'):
+    with pytest.raises(SystemExit) as refused:  # Celery would bury a ConfigError in a traceback
         Scheduler(app)
+    assert refused.value.code == EXIT_INVALID_CONFIG
+    assert isinstance(refused.value.__cause__, ConfigError)
+    assert 'schedule "x"' in str(refused.value.__cause__)
 
 
 def test_wrong_setting_names_itself(tmp_path: Path) -> None:
     app = _app(f"sqlite:///{tmp_path}/s.sqlite3")
     app.conf.durable_beat_batch_size = 0
-    with pytest.raises(ConfigError, match="durable_beat_batch_size"):
-        Scheduler(app, lazy=True)
+    banner = Scheduler(app, lazy=True)  # the banner's instance: built before logging is set up
+    assert "invalid" in banner.info
+    with pytest.raises(SystemExit) as refused:
+        Scheduler(app)
+    assert refused.value.code == EXIT_INVALID_CONFIG
+    assert "durable_beat_batch_size" in str(refused.value.__cause__)
 
 
 def test_history_is_pruned_to_history_keep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -5,8 +5,9 @@ All of its configuration comes from the environment, written by ``tests/support/
 sees exactly what beat sent) and the worker tests (``install(app)``, tasks that log what they did):
 
 ``BEAT_BROKER``, ``DURABLE_BEAT_URL`` (read by the product itself), ``BEAT_SCHEDULE`` (JSON of
-beat_schedule), ``BEAT_LEASE_URL``, ``BEAT_LEASE_TTL``, ``BEAT_POLL``, ``GUARD`` (``0``: no
-``install(app)``; by default the app calls it), ``GUARD_RUN_TTL``, ``VISIBILITY_TIMEOUT``,
+beat_schedule), ``BEAT_TIMEZONE`` (``app.conf.timezone``, default UTC), ``BEAT_LEASE_URL``,
+``BEAT_LEASE_TTL``, ``BEAT_POLL``, ``GUARD`` (``0``: no ``install(app)``; by default the app
+calls it), ``GUARD_RUN_TTL``, ``VISIBILITY_TIMEOUT``,
 ``QUARANTINE_AFTER``, ``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
 none), ``TASK_QUEUE`` (the default queue, for a test of its own on a shared RabbitMQ); and the
 evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE`` (one JSON line
@@ -33,7 +34,7 @@ HEADERS = ("periodic_schedule", "periodic_tick_ms", "periodic_trigger")
 app = Celery("procapp", broker=os.environ["BEAT_BROKER"])
 app.conf.update(
     task_ignore_result=True,
-    timezone="UTC",
+    timezone=os.environ.get("BEAT_TIMEZONE") or "UTC",
     beat_schedule=json.loads(os.environ.get("BEAT_SCHEDULE", "{}")),
     durable_beat_poll_interval=float(os.environ.get("BEAT_POLL", "0.2")),
     durable_beat_lease_ttl=float(os.environ.get("BEAT_LEASE_TTL", "30")),

@@ -39,6 +39,7 @@ SETTINGS = {
     "quarantine_after": "QUARANTINE_AFTER",
     "result_backend": "RESULT_BACKEND",
     "queue": "TASK_QUEUE",
+    "timezone": "BEAT_TIMEZONE",
 }
 """Test app setting -> the environment variable ``procapp`` reads it from."""
 

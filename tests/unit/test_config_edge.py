@@ -102,3 +102,29 @@ def test_beat_schedule_must_be_a_dict() -> None:
     app.conf.beat_schedule = [("a", {})]
     with pytest.raises(ConfigError, match="is not a dict"):
         definitions_from_app(app, Settings.from_conf(app.conf, environ={}))
+
+
+def test_a_bad_setting_is_named_as_the_setting_not_as_a_schedule() -> None:
+    app = Celery("edge", set_as_current=False)
+    app.conf.durable_beat_lease_ttl = -1
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_conf(app.conf, environ={})
+    (problem,) = caught.value.problems
+    assert problem.field == "durable_beat_lease_ttl"
+    assert str(problem) == "setting durable_beat_lease_ttl = -1: Input should be greater than 0"
+
+
+def test_a_bad_app_timezone_is_one_problem_not_one_per_entry() -> None:
+    entries = {name: {"task": "t", "schedule": "0 3 * * *"} for name in ("a", "b", "c")}
+    entries["d"] = {"task": "t", "schedule": "0 3 * * *", "missed": "never"}
+    with pytest.raises(ConfigError) as caught:
+        _definitions(entries, tz="Mars/Base")
+    zone, entry = caught.value.problems  # the entry's own problem is still reported
+    assert zone.field == "timezone"
+    assert str(zone).startswith('setting timezone "Mars/Base" is not an IANA zone; use e.g. "')
+    assert entry.entry == "d" and entry.field == "missed"
+
+
+def test_args_none_means_no_arguments_like_stock_celery() -> None:
+    (d,) = _definitions({"n": {"task": "t", "schedule": "@every 1s", "args": None}})
+    assert d.args == ()
