@@ -109,7 +109,10 @@ class ProcessRig:
     ) -> CeleryProcess:
         """A worker; ``ready=False`` returns at once (the broker keeps the ticks until it
         consumes), so beats can start while it boots."""
-        args = ["worker", "-P", pool, "-c", str(concurrency), *WORKER_FLAGS]
+        # A node name of its own: RabbitMQ's pidbox queue is exclusive per name, so a worker of
+        # another test (or one left over from an aborted run) never blocks this one's start.
+        node = f"w{len(self.procs)}-{uuid.uuid4().hex[:8]}@%h"
+        args = ["worker", "-P", pool, "-c", str(concurrency), "-n", node, *WORKER_FLAGS]
         proc = self._start(args, "worker", settings)
         if ready:
             proc.wait_for("ready.", 30)
