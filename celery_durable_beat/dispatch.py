@@ -20,12 +20,13 @@ one whose publish or confirm failed, and none at all when the round fails.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from celery_durable_beat import faults
+from celery_durable_beat import round_records as records
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.message import TickMessage, build_message
 from celery_durable_beat.model import (
@@ -34,17 +35,14 @@ from celery_durable_beat.model import (
     Outcome,
     Reason,
     ScheduleState,
-    Trigger,
 )
-from celery_durable_beat.policy import Plan, due_ms, plan_schedule
+from celery_durable_beat.policy import Plan, plan_schedule
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, Store
 
 log = logging.getLogger("celery_durable_beat.dispatch")
 
 CONFIRM_EVERY = 200
 """Most buffered publishes before the round confirms them with the broker."""
-BACKOFF_BASE_MS = 1000
-BACKOFF_MAX_MS = 60_000
 
 
 class PublishSession(Protocol):
@@ -216,7 +214,7 @@ class Dispatcher:
         enqueued = [e.tick_ms for e in result.events if e.outcome is Outcome.ENQUEUED]
         if not enqueued:
             return result
-        recorded = {e.tick_ms: (e.outcome, _reason(e.reason)) for e in result.events}
+        recorded = {e.tick_ms: (e.outcome, records.reason_of(e.reason)) for e in result.events}
 
         def replay(_due: DueSchedule, message: TickMessage) -> tuple[Outcome, Reason | None]:
             if message.tick_ms >= enqueued[0]:
@@ -238,17 +236,20 @@ class Dispatcher:
         last_fired: int | None = None
         for message in item.ticks:
             outcome, reason = fire(due, message)
-            own.append(_event(due, message.tick_ms, message.task_id, outcome, reason, now_ms))
+            own.append(
+                records.event(due, message.tick_ms, message.task_id, outcome, reason, now_ms)
+            )
             if outcome is Outcome.FAILED:
                 advance = self._after_failure(
                     item, message.tick_ms, reason, now_ms, last_fired, own
                 )
-                own.sort(key=_by_tick)
+                own.sort(key=records.by_tick)
                 return _Result(item, own, advance, reason)
             last_fired = message.tick_ms
-        own.extend(_dropped_events(item, item.plan.next_tick_ms, now_ms))
-        own.sort(key=_by_tick)
-        advance = _advance(due, item.plan.next_tick_ms, last_fired, own, item.streak)
+        plan = item.plan
+        own.extend(records.dropped_events(due, plan.dropped, plan.next_tick_ms, now_ms))
+        own.sort(key=records.by_tick)
+        advance = records.advance_to(due, item.plan.next_tick_ms, last_fired, own, item.streak)
         return _Result(item, own, advance, None)
 
     def _quarantine_unknown(self, item: _Work, now_ms: int) -> _Result:
@@ -260,18 +261,10 @@ class Dispatcher:
             item.streak,
             extra={"action": Action.QUARANTINED.value, "schedule": due.name},
         )
-        event = _event(due, due.next_tick_ms, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
-        advance = Advance(
-            schedule_id=due.id,
-            expected_next_tick_ms=due.next_tick_ms,
-            next_tick_ms=due.next_tick_ms,
-            next_due_ms=None,
-            last_tick_ms=due.last_tick_ms,
-            last_outcome=Outcome.SKIPPED,
-            failures=item.streak,
-            state=ScheduleState.QUARANTINED,
+        event = records.event(
+            due, due.next_tick_ms, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms
         )
-        return _Result(item, [event], advance, Reason.UNKNOWN_TASK)
+        return _Result(item, [event], records.quarantine(due, item.streak), Reason.UNKNOWN_TASK)
 
     def _fire(
         self, due: DueSchedule, message: TickMessage, session: PublishSession, existing: set[str]
@@ -308,15 +301,15 @@ class Dispatcher:
     ) -> Advance:
         """Stay on the failed tick (dropped ticks before it are settled) and back off."""
         due = item.due
-        events.extend(_dropped_events(item, failed_tick, now_ms))
+        events.extend(records.dropped_events(item.due, item.plan.dropped, failed_tick, now_ms))
         own_fault = reason in OWN_FAULT_REASONS
         failures = due.failures + 1 if own_fault else due.failures
         state = ScheduleState.ACTIVE
-        next_due: int | None = now_ms + _backoff_ms(max(failures, 1))
+        next_due: int | None = now_ms + records.backoff_ms(max(failures, 1))
         if own_fault and failures >= self.quarantine_after:
             state, next_due = ScheduleState.QUARANTINED, None
             events.append(
-                _event(due, failed_tick, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
+                records.event(due, failed_tick, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
             )
             log.error(
                 "schedule %s quarantined after %d failures (%s)",
@@ -359,89 +352,11 @@ def _plan_all(
 
 def _quarantine_unplannable(due: DueSchedule, now_ms: int, stats: RoundStats) -> Advance:
     stats.events.append(
-        _event(due, due.next_tick_ms, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
+        records.event(due, due.next_tick_ms, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
     )
-    return Advance(
-        schedule_id=due.id,
-        expected_next_tick_ms=due.next_tick_ms,
-        next_tick_ms=due.next_tick_ms,
-        next_due_ms=None,
-        last_tick_ms=due.last_tick_ms,
-        last_outcome=Outcome.SKIPPED,
-        failures=due.failures,
-        state=ScheduleState.QUARANTINED,
-    )
+    return records.quarantine(due, due.failures)
 
 
 def _plan_one(due: DueSchedule, now_ms: int) -> _Work:
     result = plan_schedule(due.name, due.definition, due.next_tick_ms, now_ms)
     return _Work(due, result, [tick_message(due, t) for t in result.fire])
-
-
-def _event(
-    due: DueSchedule,
-    tick_ms: int,
-    task_id: str | None,
-    outcome: Outcome,
-    reason: Reason | None,
-    now_ms: int,
-    detail: Mapping[str, Any] | None = None,
-) -> AuditEvent:
-    return AuditEvent(
-        schedule=due.name,
-        tick_ms=tick_ms,
-        task_id=task_id,
-        trigger=Trigger.AUTO,
-        outcome=outcome,
-        reason=reason.value if reason else None,
-        lag_ms=max(0, now_ms - tick_ms),
-        version=due.version,
-        detail=detail or {},
-    )
-
-
-def _dropped_events(item: _Work, settled_before: int, now_ms: int) -> Iterator[AuditEvent]:
-    """One ``skipped`` record per reason for dropped ticks the schedule moves past."""
-    for dropped in item.plan.dropped:
-        if dropped.last_ms >= settled_before:
-            continue
-        detail = {
-            "count": dropped.count,
-            "first_ms": dropped.first_ms,
-            "last_ms": dropped.last_ms,
-            "exact": dropped.exact,
-        }
-        yield _event(
-            item.due, dropped.first_ms, None, Outcome.SKIPPED, dropped.reason, now_ms, detail
-        )
-
-
-def _advance(
-    due: DueSchedule,
-    next_tick: int,
-    last_fired: int | None,
-    own: Sequence[AuditEvent],
-    failures: int = 0,
-) -> Advance:
-    return Advance(
-        schedule_id=due.id,
-        expected_next_tick_ms=due.next_tick_ms,
-        next_tick_ms=next_tick,
-        next_due_ms=due_ms(due.name, due.definition, next_tick),
-        last_tick_ms=last_fired if last_fired is not None else due.last_tick_ms,
-        last_outcome=own[-1].outcome if own else None,
-        failures=failures,
-    )
-
-
-def _reason(value: str | None) -> Reason | None:
-    return Reason(value) if value else None
-
-
-def _by_tick(event: AuditEvent) -> int:
-    """Records of one schedule in a round go in tick order (stable: failed before quarantined)."""
-    return event.tick_ms
-
-
-def _backoff_ms(failures: int) -> int:
-    return int(min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** min(failures - 1, 16)))

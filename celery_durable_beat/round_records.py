@@ -1,0 +1,105 @@
+"""The records a round writes: audit events and advances, built from what the round decided.
+
+Values only (``store/base.py``'s ``AuditEvent`` and ``Advance``): the round in ``dispatch.py``
+decides, this module spells the decision out the same way every time — one shape for a tick's
+event, one for a quarantine, one ``skipped`` record per reason for dropped ticks (SPEC §4: never
+silent), and the backoff a failing schedule waits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from celery_durable_beat.model import Outcome, Reason, ScheduleState, Trigger
+from celery_durable_beat.policy import Dropped, due_ms
+from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule
+
+BACKOFF_BASE_MS = 1000
+BACKOFF_MAX_MS = 60_000
+
+
+def event(
+    due: DueSchedule,
+    tick_ms: int,
+    task_id: str | None,
+    outcome: Outcome,
+    reason: Reason | None,
+    now_ms: int,
+    detail: Mapping[str, Any] | None = None,
+) -> AuditEvent:
+    """The audit record of one automatic tick (or range of dropped ticks) of ``due``."""
+    return AuditEvent(
+        schedule=due.name,
+        tick_ms=tick_ms,
+        task_id=task_id,
+        trigger=Trigger.AUTO,
+        outcome=outcome,
+        reason=reason.value if reason else None,
+        lag_ms=max(0, now_ms - tick_ms),
+        version=due.version,
+        detail=detail or {},
+    )
+
+
+def dropped_events(
+    due: DueSchedule, dropped: Sequence[Dropped], settled_before: int, now_ms: int
+) -> Iterator[AuditEvent]:
+    """One ``skipped`` record per reason for dropped ticks the schedule moves past."""
+    for gone in dropped:
+        if gone.last_ms >= settled_before:
+            continue
+        detail = {
+            "count": gone.count,
+            "first_ms": gone.first_ms,
+            "last_ms": gone.last_ms,
+            "exact": gone.exact,
+        }
+        yield event(due, gone.first_ms, None, Outcome.SKIPPED, gone.reason, now_ms, detail)
+
+
+def advance_to(
+    due: DueSchedule,
+    next_tick: int,
+    last_fired: int | None,
+    own: Sequence[AuditEvent],
+    failures: int = 0,
+) -> Advance:
+    """Move ``due`` on to ``next_tick``, due at its jittered instant."""
+    return Advance(
+        schedule_id=due.id,
+        expected_next_tick_ms=due.next_tick_ms,
+        next_tick_ms=next_tick,
+        next_due_ms=due_ms(due.name, due.definition, next_tick),
+        last_tick_ms=last_fired if last_fired is not None else due.last_tick_ms,
+        last_outcome=own[-1].outcome if own else None,
+        failures=failures,
+    )
+
+
+def quarantine(due: DueSchedule, failures: int) -> Advance:
+    """Stop ``due`` where it is (not due until resumed); its ``skipped`` record says why."""
+    return Advance(
+        schedule_id=due.id,
+        expected_next_tick_ms=due.next_tick_ms,
+        next_tick_ms=due.next_tick_ms,
+        next_due_ms=None,
+        last_tick_ms=due.last_tick_ms,
+        last_outcome=Outcome.SKIPPED,
+        failures=failures,
+        state=ScheduleState.QUARANTINED,
+    )
+
+
+def reason_of(value: str | None) -> Reason | None:
+    return Reason(value) if value else None
+
+
+def by_tick(record: AuditEvent) -> int:
+    """Records of one schedule in a round go in tick order (stable: failed before quarantined)."""
+    return record.tick_ms
+
+
+def backoff_ms(failures: int) -> int:
+    """How long a schedule that failed ``failures`` times in a row waits: doubling, capped."""
+    return int(min(BACKOFF_MAX_MS, BACKOFF_BASE_MS * 2 ** min(failures - 1, 16)))
