@@ -25,9 +25,10 @@ DEFAULT_REDACT = ("password", "secret", "token", "key")
 class Settings(BaseModel):
     """Every ``durable_beat_*`` setting with its default.
 
-    ``metrics_port``, ``flower_url`` and ``redact`` are reserved: accepted and validated now so
-    that a config written for a later version does not stop beat at start, but nothing reads
-    them yet (no metrics server, no console links, no redaction of read surfaces).
+    ``metrics_port`` and ``flower_url`` are reserved: accepted and validated now so that a config
+    written for a later version does not stop beat at start, but nothing reads them yet (no
+    metrics server, no console links). ``redact`` is applied by the read surfaces (``show``,
+    ``DurableBeat.get``), not yet to the ``kwargsrepr`` of tick messages.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -45,7 +46,7 @@ class Settings(BaseModel):
     flower_url: str | None = None
     """Reserved: the Flower base URL for console links (SPEC §9); no console reads it yet."""
     redact: tuple[str, ...] = DEFAULT_REDACT
-    """Reserved: key substrings whose values SPEC §2 hides; nothing is redacted by it yet."""
+    """Key substrings (case-insensitive, any depth) whose values read surfaces show as ``***``."""
     quarantine_after: int = Field(5, ge=1)
     dedup_ttl: float = Field(86_400.0, gt=0)
     run_ttl: float = Field(60.0, ge=1)
