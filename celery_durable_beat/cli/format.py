@@ -11,16 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from celery_durable_beat.control.views import (
-    EventView,
-    HistoryPage,
-    NextTick,
-    Overdue,
-    ScheduleDetail,
-    ScheduleView,
-    StatusView,
-    TriggerResult,
-)
+from celery_durable_beat.control import views
 from celery_durable_beat.ids import format_tick_instant
 
 EMPTY = "-"
@@ -55,7 +46,7 @@ def duration_ms(ms: int | None) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
-def schedules_table(views: Sequence[ScheduleView]) -> list[str]:
+def schedules_table(views: Sequence[views.ScheduleView]) -> list[str]:
     if not views:
         return ["no schedules yet (beat syncs beat_schedule into the store when it starts leading)"]
     headers = ("NAME", "STATE", "SOURCE", "VER", "SCHEDULE", "TZ", "NEXT TICK", "LAST", "TASK")
@@ -76,7 +67,7 @@ def schedules_table(views: Sequence[ScheduleView]) -> list[str]:
     return table(headers, rows)
 
 
-def schedule_detail(detail: ScheduleDetail, ticks: Sequence[NextTick]) -> list[str]:
+def schedule_detail(detail: views.ScheduleDetail, ticks: Sequence[views.NextTick]) -> list[str]:
     """``show``: the settings, then what will happen (overdue first), then the next ticks."""
     d = detail.definition
     last = None
@@ -111,7 +102,7 @@ def schedule_detail(detail: ScheduleDetail, ticks: Sequence[NextTick]) -> list[s
     return lines
 
 
-def overdue_text(overdue: Overdue, policy: str) -> str:
+def overdue_text(overdue: views.Overdue, policy: str) -> str:
     """``since 15:49 (31 ticks due); the next round fires 16:19 (missed policy skip)``."""
     count = f"{overdue.missed} tick{'s' if overdue.missed != 1 else ''} due"
     if not overdue.fires:
@@ -134,7 +125,9 @@ _NOT_FIRING = {
 }
 
 
-def next_ticks_table(ticks: Sequence[NextTick], tz: str, *, state: str = "active") -> list[str]:
+def next_ticks_table(
+    ticks: Sequence[views.NextTick], tz: str, *, state: str = "active"
+) -> list[str]:
     """The occurrences of the spec; a schedule that is not active says it will not fire them."""
     if not ticks:
         return ["no upcoming ticks"]
@@ -146,7 +139,7 @@ def next_ticks_table(ticks: Sequence[NextTick], tz: str, *, state: str = "active
     ]
 
 
-def history_table(page: HistoryPage) -> list[str]:
+def history_table(page: views.HistoryPage) -> list[str]:
     if not page.events:
         return ["no events"]
     headers = (
@@ -166,7 +159,7 @@ def history_table(page: HistoryPage) -> list[str]:
     return lines
 
 
-def _event_row(event: EventView) -> tuple[object, ...]:
+def _event_row(event: views.EventView) -> tuple[object, ...]:
     return (
         event.recorded_at,
         format_tick_instant(event.tick_ms),
@@ -180,13 +173,13 @@ def _event_row(event: EventView) -> tuple[object, ...]:
     )
 
 
-def trigger_line(name: str, result: TriggerResult) -> str:
+def trigger_line(name: str, result: views.TriggerResult) -> str:
     if result.created:
         return f"sent a manual run of {name}: task id {result.task_id}"
     return f"not sent: this idempotency key already ran {name} as task id {result.task_id}"
 
 
-def state_line(verb: str, view: ScheduleView) -> str:
+def state_line(verb: str, view: views.ScheduleView) -> str:
     """``paused nightly``; a resume also says when the next tick is."""
     line = f"{verb} {view.name} (state {view.state})"
     if view.next_tick:
@@ -194,7 +187,7 @@ def state_line(verb: str, view: ScheduleView) -> str:
     return line
 
 
-def status_lines(status: StatusView) -> list[str]:
+def status_lines(status: views.StatusView) -> list[str]:
     counts = ", ".join(f"{state} {count}" for state, count in status.counts.items())
     return table(
         None,
@@ -207,7 +200,7 @@ def status_lines(status: StatusView) -> list[str]:
     )
 
 
-def _leader(status: StatusView) -> str:
+def _leader(status: views.StatusView) -> str:
     """The holder and until when, or plainly that nobody leads: never a guess at the lease kind."""
     expires = status.lease_expires_at
     if status.leader is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
@@ -69,23 +69,7 @@ class ScheduleView:
         return {name: getattr(self, name) for name in LIST_FIELDS}
 
 
-LIST_FIELDS = (
-    "name",
-    "task",
-    "schedule",
-    "tz",
-    "missed",
-    "backfill_max",
-    "overlap",
-    "jitter",
-    "state",
-    "version",
-    "source",
-    "next_tick",
-    "next_tick_ms",
-    "last_tick_ms",
-    "last_outcome",
-)
+LIST_FIELDS = tuple(f.name for f in fields(ScheduleView) if f.name != "definition")
 """The fields of a ``list`` item, in SPEC §8's order."""
 
 
@@ -104,30 +88,16 @@ class Overdue:
 
 
 @dataclass(frozen=True)
-class ScheduleDetail:
+class ScheduleDetail(ScheduleView):
     """A schedule as ``show`` gives it, flat: its attributes are the ``show --json`` fields.
 
     The ``list`` fields, then ``description`` (the schedule in words), ``about`` (the entry's own
     free text), ``overdue``, ``next`` (future tick instants only, in the schedule's zone) and
-    ``args``, ``kwargs``, ``options`` with ``durable_beat_redact`` applied. ``definition`` is the
-    validated definition for Python callers (unredacted) and is never serialised.
+    ``args``, ``kwargs``, ``options`` with ``durable_beat_redact`` applied. ``definition`` (from
+    ``ScheduleView``) is the validated definition for Python callers (unredacted) and is never
+    serialised.
     """
 
-    name: str
-    task: str
-    schedule: str
-    tz: str
-    missed: str
-    backfill_max: int
-    overlap: str
-    jitter: float
-    state: str
-    version: int
-    source: str
-    next_tick: str | None
-    next_tick_ms: int | None
-    last_tick_ms: int | None
-    last_outcome: str | None
     description: str
     about: str | None
     overdue: Overdue | None
@@ -135,7 +105,6 @@ class ScheduleDetail:
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any]
     options: Mapping[str, Any]
-    definition: Definition = field(repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
