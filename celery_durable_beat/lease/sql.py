@@ -58,11 +58,18 @@ def _now(conn: Connection) -> Any:
     return literal(HOST_CLOCK.now_ms(), BigInteger())
 
 
+LOCK_BOUND_FLOOR_MS = 1000
+"""Least time a lease transaction may wait for, or sit idle holding, the row lock. A third of a
+sub-second TTL (tests use 0.3 s) is shorter than a healthy client's pause between two statements
+on a loaded host, and PostgreSQL would end that session mid-renewal."""
+
+
 def _bound_waits(conn: Connection, ttl_ms: int) -> None:
-    """PostgreSQL: neither wait for nor hold the row lock longer than a third of the TTL."""
+    """PostgreSQL: neither wait for nor hold the row lock longer than a third of the TTL (and
+    ``LOCK_BOUND_FLOOR_MS`` at least)."""
     if conn.dialect.name != "postgresql":
         return
-    limit = str(max(100, ttl_ms // 3))
+    limit = str(max(LOCK_BOUND_FLOOR_MS, ttl_ms // 3))
     conn.execute(
         select(
             func.set_config("lock_timeout", limit, True),
