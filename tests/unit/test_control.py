@@ -363,9 +363,12 @@ def test_next_ticks_after_an_overdue_tick_are_only_future(
     overdue = (now // hour - 2) * hour
     store.set_state("pulse", ScheduleState.ACTIVE, now, next_tick_ms=overdue, next_due_ms=overdue)
     ticks = [t.tick_ms for t in beat.next_ticks("pulse", 3)]
-    assert ticks == [(now // hour + n) * hour for n in (1, 2, 3)]
+    later = store.now_ms()  # an hour may begin meanwhile: bound by the clock on each side
+    hours = range(now // hour, later // hour + 1)
+    assert ticks in [[(h + n) * hour for n in (1, 2, 3)] for h in hours]
     detail = beat.get("pulse")
-    assert detail.overdue is not None and detail.overdue.missed == 3  # the backfill fires all
+    missed = detail.overdue.missed if detail.overdue is not None else None
+    assert missed is not None and 3 <= missed <= 3 + store.now_ms() // hour - now // hour
 
 
 @pytest.mark.parametrize("count", [0, 101])
