@@ -174,6 +174,12 @@ class Action(str, Enum):
     """A run ``replace`` displaced could not be marked revoked or its revoke not broadcast."""
 
 
+def canonical_hash(canonical_json: str) -> str:
+    """The definition hash of a ``Definition.canonical_json`` text (made once, used twice by
+    config sync: a first start of 20,000 entries paid a tenth of its time making it twice)."""
+    return hashlib.sha256(canonical_json.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Definition:
     """What a schedule is: everything config or the API says about it, validated."""
@@ -216,8 +222,11 @@ class Definition:
 
     def definition_hash(self) -> str:
         """SHA-256 of the canonical JSON: equal hashes mean nothing about the schedule changed."""
-        canonical = json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        return canonical_hash(self.canonical_json())
+
+    def canonical_json(self) -> str:
+        """``to_json`` as compact JSON text with sorted keys: what the hash is of."""
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, name: str, data: Mapping[str, Any]) -> Definition:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Action, Definition, ScheduleState, Source
 from celery_durable_beat.schedules.occurrences import next_tick
+from celery_durable_beat.schedules.spec import ScheduleSpec
 from celery_durable_beat.store.base import ConfigChange, Store, StoredDigest, iter_chunks
 
 log = logging.getLogger("celery_durable_beat.sync")
@@ -55,6 +56,9 @@ def differences(
     rows = {name_key(digest.name): digest for digest in stored}
     wanted = {name_key(d.name): d for d in definitions}  # a later duplicate wins, as in a dict
     changes: list[ConfigChange] = []
+    # Configs this large are generated: many entries share one schedule, and its first tick
+    # after the same now is the same (planning a cron tick was a third of a first start).
+    first_ticks: dict[ScheduleSpec, int] = {}
     for key, definition in wanted.items():
         row = rows.get(key)
         if row is not None and row.source is Source.API:
@@ -66,9 +70,10 @@ def differences(
         ):
             report.unchanged.append(definition.name)
         else:
-            changes.append(
-                ConfigChange(definition.name, definition, first_tick_ms(definition, now_ms))
-            )
+            first = first_ticks.get(definition.spec)
+            if first is None:
+                first = first_ticks[definition.spec] = first_tick_ms(definition, now_ms)
+            changes.append(ConfigChange(definition.name, definition, first))
     changes.extend(
         ConfigChange(row.name)
         for key, row in sorted(rows.items())

@@ -20,7 +20,7 @@ from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Definition, Outcome, Reason, ScheduleState, Source, Trigger
 from celery_durable_beat.schedules.spec import IntervalSpec
 from celery_durable_beat.store.base import AuditEvent, ConfigChange, Store
-from celery_durable_beat.store.sql import SqlStore
+from celery_durable_beat.store.sql import SqlStore, config_sync
 from celery_durable_beat.store.tables import FENCE_ID, fence
 from celery_durable_beat.sync import sync_definitions
 
@@ -86,6 +86,22 @@ def test_sync_config_never_touches_an_api_schedule(store: Store) -> None:
     assert results[0].status == "ignored"
     kept = store.get("shared")
     assert kept is not None and kept.source is Source.API and kept.version == 1
+
+
+def test_an_api_schedule_created_after_the_read_is_left_alone(
+    sql_store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the INSERT's ON CONFLICT covers (COPY + INSERT … SELECT on PostgreSQL): the
+    API creates the row between sync's read of the batch and its insert."""
+    sql_store.upsert(definition("raced", every_ms=7 * MINUTE), Source.API, 1_000, now_ms=0)
+    monkeypatch.setattr(config_sync, "_rows", lambda _conn, _keys: {})  # read before the API
+    results = sql_store.sync_config([change("raced"), change("fresh")], epoch=0, now_ms=1)
+    assert [(r.name, r.status) for r in results] == [("raced", "ignored"), ("fresh", "created")]
+    raced, fresh = sql_store.get("raced"), sql_store.get("fresh")
+    assert raced is not None and raced.source is Source.API and raced.version == 1
+    assert raced.definition == definition("raced", every_ms=7 * MINUTE)
+    assert fresh is not None and fresh.definition == definition("fresh")
+    assert fresh.definition_hash == definition("fresh").definition_hash()
 
 
 def test_sync_config_with_a_stale_epoch_is_refused_and_writes_nothing(store: Store) -> None:
