@@ -14,6 +14,9 @@ from typing import Any
 MASK = "***"
 """What a redacted value is shown as."""
 
+DEFAULT_KEYS = ("password", "secret", "token", "key")
+"""SPEC §2's default for ``durable_beat_redact``: what is hidden when nothing is configured."""
+
 
 def redact(value: Any, needles: Iterable[str]) -> Any:
     """A copy of ``value`` (JSON-like: mappings, lists, tuples, scalars) whose mapping entries

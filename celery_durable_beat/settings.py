@@ -13,13 +13,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.model import MissedPolicy
+from celery_durable_beat.redact import DEFAULT_KEYS
 from celery_durable_beat.urls import redact_url
 
 DEFAULT_URL = "sqlite:///celerybeat-durable.sqlite3"
 URL_ENV = "DURABLE_BEAT_URL"
 PREFIX = "durable_beat_"
-DEFAULT_REDACT = ("password", "secret", "token", "key")
-"""SPEC §2's default for ``durable_beat_redact``, kept so the setting's meaning is fixed now."""
+DEFAULT_REDACT = DEFAULT_KEYS
+"""SPEC §2's default for ``durable_beat_redact`` (defined once, in the pure ``redact`` module)."""
 
 
 class Settings(BaseModel):
