@@ -1,5 +1,10 @@
 """The Celery side of publishing: ``send_task`` with the tick's id and ``periodic_*`` headers.
 
+Every tick message carries Celery's ``argsrepr`` / ``kwargsrepr`` computed here from the args
+and kwargs with ``durable_beat_redact`` applied (``redact.redact``), rendered by Celery's own
+``saferepr`` with the app's size limits: Flower, task events and worker logs show those, while
+the body keeps the real values for the task.
+
 Messages go through the app's own producer, so ``task_routes``, queues, priorities, ``options``
 and serializers apply exactly as for any Celery task. One producer (one broker connection) serves
 a whole round. Failures are classified into stable reasons; the exception text is never logged
@@ -10,16 +15,19 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from celery.exceptions import QueueNotFound
+from celery.utils.saferepr import saferepr
 from kombu.exceptions import BatchPublishError, ContentDisallowed, EncodeError, OperationalError
 
 from celery_durable_beat.confirms import AmqpConfirms, speaks_confirms
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Action, Reason
+from celery_durable_beat.redact import DEFAULT_KEYS, redact
 
 log = logging.getLogger("celery_durable_beat.publish")
 
@@ -42,12 +50,59 @@ def tick_headers(message: TickMessage) -> dict[str, Any]:
     }
 
 
-def send_kwargs(message: TickMessage) -> dict[str, Any]:
-    """Keyword arguments for ``app.send_task``: the entry's options, then our id and headers."""
+@dataclass(frozen=True)
+class ReprLimits:
+    """How long Celery lets ``argsrepr`` / ``kwargsrepr`` grow, and how deep it looks."""
+
+    args: int = 1024
+    kwargs: int = 1024
+    levels: int = 3
+
+    @classmethod
+    def of(cls, app: Any) -> ReprLimits:
+        """The app's own limits, as ``app.amqp`` applies them to a task it sends itself."""
+        amqp = app.amqp
+        return cls(
+            args=amqp.argsrepr_maxsize,
+            kwargs=amqp.kwargsrepr_maxsize,
+            levels=app.conf.get("task_repr_maxlevels", CELERY_LIMITS.levels),  # newer Celery
+        )
+
+
+CELERY_LIMITS = ReprLimits()
+"""Celery's defaults, for callers without an app at hand."""
+
+
+def shown_reprs(
+    args: Sequence[Any],
+    kwargs: Any,
+    redact_keys: Sequence[str],
+    limits: ReprLimits = CELERY_LIMITS,
+) -> tuple[str, str]:
+    """``(argsrepr, kwargsrepr)`` as Celery would write them, but of the redacted values: a
+    mapping key containing any of ``redact_keys`` (case-insensitive, at any depth, in args too)
+    shows ``***``. ``args`` and ``kwargs`` themselves are not changed."""
+    return (
+        saferepr(redact(list(args), redact_keys), limits.args, maxlevels=limits.levels),
+        saferepr(redact(kwargs, redact_keys), limits.kwargs, maxlevels=limits.levels),
+    )
+
+
+def send_kwargs(
+    message: TickMessage,
+    redact_keys: Sequence[str] = DEFAULT_KEYS,
+    limits: ReprLimits = CELERY_LIMITS,
+) -> dict[str, Any]:
+    """Keyword arguments for ``app.send_task``: the entry's options, then our id, headers and
+    the redacted reprs (an ``argsrepr`` / ``kwargsrepr`` the entry sets itself is kept: its
+    author chose what to show)."""
     options = dict(message.options)
     headers = {**dict(options.pop("headers", None) or {}), **tick_headers(message)}
     options.pop("task_id", None)
+    argsrepr, kwargsrepr = shown_reprs(message.args, message.kwargs, redact_keys, limits)
     return {
+        "argsrepr": argsrepr,
+        "kwargsrepr": kwargsrepr,
         **options,
         "args": list(message.args),
         "kwargs": dict(message.kwargs),
@@ -70,12 +125,19 @@ class CelerySession:
     """
 
     def __init__(
-        self, app: Any, producer: Any, batch: Any = None, confirms: AmqpConfirms | None = None
+        self,
+        app: Any,
+        producer: Any,
+        batch: Any = None,
+        confirms: AmqpConfirms | None = None,
+        redact_keys: Sequence[str] = DEFAULT_KEYS,
     ) -> None:
         self.app = app
         self.producer = producer
         self.batch = batch
         self.confirms = confirms
+        self.redact_keys = tuple(redact_keys)
+        self.limits = ReprLimits.of(app)
         self.failed = False
         self._buffered = 0
         self._connection_errors: tuple[type[BaseException], ...] = (
@@ -117,11 +179,12 @@ class CelerySession:
 
     def publish(self, message: TickMessage) -> Reason | None:
         try:
+            options = send_kwargs(message, self.redact_keys, self.limits)
             if self.confirms is None:
-                self.app.send_task(message.task, producer=self.producer, **send_kwargs(message))
+                self.app.send_task(message.task, producer=self.producer, **options)
             else:
                 producer = self.confirms.producer_for_publish()
-                self.app.send_task(message.task, producer=producer, **send_kwargs(message))
+                self.app.send_task(message.task, producer=producer, **options)
                 self.confirms.published()
             if self.batch is not None or self.confirms is not None:
                 self._buffered += 1
@@ -152,10 +215,15 @@ def _failed(message: TickMessage, reason: Reason, exc: BaseException) -> Reason:
 
 
 class CeleryPublisher:
-    """The production publisher: the app's producer pool, one producer per round."""
+    """The production publisher: the app's producer pool, one producer per round.
 
-    def __init__(self, app: Any) -> None:
+    ``redact_keys`` is ``durable_beat_redact`` (``wiring.make_publisher`` passes the settings');
+    the default is SPEC §2's, so a publisher built without settings still hides secrets.
+    """
+
+    def __init__(self, app: Any, *, redact_keys: Sequence[str] = DEFAULT_KEYS) -> None:
         self.app = app
+        self.redact_keys = tuple(redact_keys)
 
     @contextmanager
     def session(self) -> Iterator[CelerySession]:
@@ -163,15 +231,19 @@ class CeleryPublisher:
             if speaks_confirms(producer):
                 confirms = AmqpConfirms(self.app, producer)
                 try:
-                    yield CelerySession(self.app, producer, confirms=confirms)
+                    yield CelerySession(
+                        self.app, producer, confirms=confirms, redact_keys=self.redact_keys
+                    )
                 finally:
                     confirms.close()
                 return
             if not hasattr(producer, "batch"):
-                yield CelerySession(self.app, producer)
+                yield CelerySession(self.app, producer, redact_keys=self.redact_keys)
                 return
             batching = producer.batch(max_size=BATCH_LIMIT)
-            session = CelerySession(self.app, producer, batching.__enter__())
+            session = CelerySession(
+                self.app, producer, batching.__enter__(), redact_keys=self.redact_keys
+            )
             try:
                 yield session
             except BaseException:

@@ -1,9 +1,10 @@
 """Values as they may be shown: ``durable_beat_redact`` applied to args, kwargs and options.
 
 SPEC §2: a mapping key that contains any of the configured substrings (case-insensitive), at any
-depth, has its value shown as ``***`` on every read surface. Pure, so the control API, the CLI
-and any later surface (the console, the tick message's ``kwargsrepr``) share one definition:
-what is hidden on one surface is hidden on all of them.
+depth, has its value shown as ``***`` on every read surface and in the ``argsrepr`` /
+``kwargsrepr`` of every tick message (``publish.shown_reprs``). Pure, so the control API, the
+CLI, the publisher and any later surface (the console) share one definition: what is hidden on
+one surface is hidden on all of them.
 """
 
 from __future__ import annotations

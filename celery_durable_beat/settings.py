@@ -29,7 +29,9 @@ class Settings(BaseModel):
     ``metrics_port`` and ``flower_url`` are reserved: accepted and validated now so that a config
     written for a later version does not stop beat at start, but nothing reads them yet (no
     metrics server, no console links). ``redact`` is applied by the read surfaces (``show``,
-    ``DurableBeat.get``), not yet to the ``kwargsrepr`` of tick messages.
+    ``DurableBeat.get``) and to the ``argsrepr`` / ``kwargsrepr`` of every tick message
+    (scheduled, catch-up and manual), so Flower, task events and worker logs do not show those
+    values either; the message body keeps the real ones for the task.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -47,7 +49,8 @@ class Settings(BaseModel):
     flower_url: str | None = None
     """Reserved: the Flower base URL for console links (SPEC §9); no console reads it yet."""
     redact: tuple[str, ...] = DEFAULT_REDACT
-    """Key substrings (case-insensitive, any depth) whose values read surfaces show as ``***``."""
+    """Key substrings (case-insensitive, any depth) whose values read surfaces and the tick
+    messages' ``argsrepr`` / ``kwargsrepr`` show as ``***``."""
     quarantine_after: int = Field(5, ge=1)
     dedup_ttl: float = Field(86_400.0, gt=0)
     run_ttl: float = Field(60.0, ge=1)

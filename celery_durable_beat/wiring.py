@@ -19,6 +19,7 @@ from celery_durable_beat.urls import redact_url
 
 if TYPE_CHECKING:
     from celery_durable_beat.lease.redis import RedisLease
+    from celery_durable_beat.publish import CeleryPublisher
 
 
 def make_store(settings: Settings) -> Store:
@@ -92,6 +93,14 @@ def _lease_url_problem(text: str) -> ConfigError:
     return ConfigError([ConfigProblem("settings", field, f"{field}: {text}")])
 
 
+def make_publisher(app: Any, settings: Settings) -> CeleryPublisher:
+    """The publisher of beat's rounds and of manual runs: the app's producers, and
+    ``durable_beat_redact`` applied to every tick message's ``argsrepr`` / ``kwargsrepr``."""
+    from celery_durable_beat.publish import CeleryPublisher
+
+    return CeleryPublisher(app, redact_keys=settings.redact)
+
+
 Gate = Callable[[DueSchedule, TickMessage], Reason | None]
 UnknownTasks = Callable[[Sequence[DueSchedule]], set[int]]
 
@@ -128,7 +137,6 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
     from kombu.exceptions import OperationalError as KombuOperationalError
 
     from celery_durable_beat.celery_config import definitions_from_app
-    from celery_durable_beat.publish import CeleryPublisher
 
     definitions = definitions_from_app(app, settings) if settings.sync_config else None
     store = make_store(settings)
@@ -141,7 +149,7 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
     gate = make_gate(app, settings, store)
     dispatcher = Dispatcher(
         store,
-        CeleryPublisher(app),
+        make_publisher(app, settings),
         batch_size=settings.batch_size,
         quarantine_after=settings.quarantine_after,
         gate=gate,

@@ -56,14 +56,13 @@ from celery_durable_beat.ids import format_tick_instant, manual_task_id, tick_ta
 from celery_durable_beat.message import TickMessage, build_message
 from celery_durable_beat.model import Outcome, ScheduleState, Source, Trigger
 from celery_durable_beat.policy import due_ms
-from celery_durable_beat.publish import CeleryPublisher
 from celery_durable_beat.schedules.occurrences import next_tick
 from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import AuditEvent, LeaderInfo, ScheduleRecord, Store
 from celery_durable_beat.sync import first_tick_ms
-from celery_durable_beat.wiring import make_lease_reader, make_store
+from celery_durable_beat.wiring import make_lease_reader, make_publisher, make_store
 
 __all__ = [
     "COUNT_LIMIT",
@@ -138,7 +137,7 @@ class DurableBeat:
     @property
     def publisher(self) -> Publisher:
         if self._publisher is None:
-            self._publisher = CeleryPublisher(self.app)
+            self._publisher = make_publisher(self.app, self.settings)
         return self._publisher
 
     def close(self) -> None:
