@@ -22,11 +22,30 @@ from celery_durable_beat.web.auth import Tokens, allows
 from celery_durable_beat.web.errors import ApiError, unauthorized
 
 _bearer = HTTPBearer(auto_error=False, description="A token from durable_beat_api_tokens")
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": schemas.ErrorOut} for code in (401, 403, 404, 409, 413, 422, 503)
+_MEANING = {
+    401: "No token, or one not configured",
+    403: "The token's role may not do this",
+    404: "No schedule by that name",
+    409: "Config owns the name, or the schedule is archived",
+    413: "The body is over 1 MiB",
+    422: "Invalid body or query, each problem with its field",
+    503: "The store (or, for a manual run, the broker) does not answer",
 }
 
-router = APIRouter(prefix="/api/v1", responses=_ERRORS)
+
+def errors(
+    *codes: int, extra: dict[int | str, dict[str, Any]] | None = None
+) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of an operation: its error answers, then ``extra``."""
+    found: dict[int | str, dict[str, Any]] = {
+        code: {"model": schemas.ErrorOut, "description": _MEANING[code]}
+        for code in (401, 503, *codes)
+    }
+    found.update(extra or {})
+    return found
+
+
+router = APIRouter(prefix="/api/v1")
 
 
 def needs(role: Role) -> Callable[..., Role]:
@@ -49,6 +68,11 @@ def needs(role: Role) -> Callable[..., Role]:
     return check
 
 
+def role_doc(role: Role) -> dict[str, Any]:
+    """The role an operation needs, in the OpenAPI document (``x-role``; docs/api.md shows it)."""
+    return {"x-role": role.value}
+
+
 def control(request: Request) -> DurableBeat:
     beat: DurableBeat = request.app.state.beat
     return beat
@@ -60,13 +84,25 @@ Operator = Depends(needs(Role.OPERATOR))
 Admin = Depends(needs(Role.ADMIN))
 
 
-@router.get("/schedules", response_model=list[schemas.ScheduleOut], dependencies=[Viewer])
+@router.get(
+    "/schedules",
+    response_model=list[schemas.ScheduleOut],
+    dependencies=[Viewer],
+    openapi_extra=role_doc(Role.VIEWER),
+    responses=errors(),
+)
 def list_schedules(beat: Beat) -> Response:
     """Every schedule, archived ones included, ordered by name (``list --json``)."""
     return JSONResponse([view.to_json() for view in beat.list()])
 
 
-@router.get("/status", response_model=schemas.StatusOut, dependencies=[Viewer])
+@router.get(
+    "/status",
+    response_model=schemas.StatusOut,
+    dependencies=[Viewer],
+    openapi_extra=role_doc(Role.VIEWER),
+    responses=errors(),
+)
 def status(beat: Beat) -> Response:
     """Leader, fencing epoch, lease expiry, schedules by state, due backlog (``status --json``)."""
     return JSONResponse(beat.status().to_json())
@@ -76,6 +112,8 @@ def status(beat: Beat) -> Response:
     "/schedules/{name:path}/enqueue-events",
     response_model=schemas.HistoryOut,
     dependencies=[Viewer],
+    openapi_extra=role_doc(Role.VIEWER),
+    responses=errors(404, 422),
 )
 def enqueue_events(
     beat: Beat,
@@ -88,7 +126,11 @@ def enqueue_events(
 
 
 @router.post(
-    "/schedules/{name:path}/pause", response_model=schemas.ScheduleOut, dependencies=[Operator]
+    "/schedules/{name:path}/pause",
+    response_model=schemas.ScheduleOut,
+    dependencies=[Operator],
+    openapi_extra=role_doc(Role.OPERATOR),
+    responses=errors(403, 404, 409),
 )
 def pause(beat: Beat, name: str) -> Response:
     """Stop ticking until resumed."""
@@ -96,7 +138,11 @@ def pause(beat: Beat, name: str) -> Response:
 
 
 @router.post(
-    "/schedules/{name:path}/resume", response_model=schemas.ScheduleOut, dependencies=[Operator]
+    "/schedules/{name:path}/resume",
+    response_model=schemas.ScheduleOut,
+    dependencies=[Operator],
+    openapi_extra=role_doc(Role.OPERATOR),
+    responses=errors(403, 404, 409),
 )
 def resume(beat: Beat, name: str) -> Response:
     """Tick again from the first occurrence after now (the pause is not replayed)."""
@@ -104,7 +150,11 @@ def resume(beat: Beat, name: str) -> Response:
 
 
 @router.post(
-    "/schedules/{name:path}/archive", response_model=schemas.ScheduleOut, dependencies=[Admin]
+    "/schedules/{name:path}/archive",
+    response_model=schemas.ScheduleOut,
+    dependencies=[Admin],
+    openapi_extra=role_doc(Role.ADMIN),
+    responses=errors(403, 404),
 )
 def archive(beat: Beat, name: str) -> Response:
     """Retire the schedule; its history is kept."""
@@ -116,7 +166,10 @@ def archive(beat: Beat, name: str) -> Response:
     response_model=schemas.TriggerOut,
     status_code=201,
     dependencies=[Operator],
-    responses={200: {"model": schemas.TriggerOut, "description": "A replay of the key"}},
+    openapi_extra=role_doc(Role.OPERATOR),
+    responses=errors(
+        403, 404, 413, 422, extra={200: {"model": schemas.TriggerOut, "description": "A replay"}}
+    ),
 )
 def trigger(
     beat: Beat,
@@ -131,7 +184,11 @@ def trigger(
 
 
 @router.get(
-    "/schedules/{name:path}", response_model=schemas.ScheduleDetailOut, dependencies=[Viewer]
+    "/schedules/{name:path}",
+    response_model=schemas.ScheduleDetailOut,
+    dependencies=[Viewer],
+    openapi_extra=role_doc(Role.VIEWER),
+    responses=errors(404, 422),
 )
 def show(
     beat: Beat,
@@ -146,7 +203,10 @@ def show(
     "/schedules/{name:path}",
     response_model=schemas.UpsertOut,
     dependencies=[Admin],
-    responses={201: {"model": schemas.UpsertOut, "description": "Created"}},
+    openapi_extra=role_doc(Role.ADMIN),
+    responses=errors(
+        403, 409, 413, 422, extra={201: {"model": schemas.UpsertOut, "description": "Created"}}
+    ),
 )
 def upsert(
     beat: Beat,
@@ -160,7 +220,13 @@ def upsert(
     return JSONResponse(body, status_code=201 if status.value == "created" else 200)
 
 
-@router.delete("/schedules/{name:path}", status_code=204, dependencies=[Admin])
+@router.delete(
+    "/schedules/{name:path}",
+    status_code=204,
+    dependencies=[Admin],
+    openapi_extra=role_doc(Role.ADMIN),
+    responses=errors(403, 404, 409),
+)
 def delete(beat: Beat, name: str) -> Response:
     """Remove an API schedule (history stays readable); config owns its own (409)."""
     if beat.get(name, count=1).source == "config":

@@ -120,16 +120,16 @@ def schedules(request: Request, q: str = "", state: str = "", page: int = 1) -> 
     if session is None:
         return _to_login()
     beat: DurableBeat = request.app.state.beat
-    views = beat.list()
-    needle = q.strip().lower()
-    shown = [
-        v
-        for v in views
-        if (not needle or needle in v.name.lower()) and (not state or v.state == state)
-    ]
-    pages = max(1, -(-len(shown) // PAGE_SIZE))
+    wanted = state if state in STATES else None
+    first = beat.page(q.strip(), wanted, offset=0, limit=PAGE_SIZE)
+    pages = max(1, -(-first.matched // PAGE_SIZE))
     page = min(max(page, 1), pages)
-    rows = [_row(v) for v in shown[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]]
+    found = (
+        first
+        if page == 1
+        else beat.page(q.strip(), wanted, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+    )
+    rows = [_row(v) for v in found.schedules]
     status = beat.status()
 
     def link(number: int) -> str:
@@ -142,15 +142,15 @@ def schedules(request: Request, q: str = "", state: str = "", page: int = 1) -> 
         "schedules.html",
         session,
         rows=rows,
-        total=len(views),
-        matched=len(shown),
+        total=found.total,
+        matched=found.matched,
         q=q,
         state=state,
         states=STATES,
         page=page,
         pages=pages,
-        first=(page - 1) * PAGE_SIZE + 1 if shown else 0,
-        last=min(page * PAGE_SIZE, len(shown)),
+        first=(page - 1) * PAGE_SIZE + 1 if found.matched else 0,
+        last=min(page * PAGE_SIZE, found.matched),
         prev_link=link(page - 1) if page > 1 else None,
         next_link=link(page + 1) if page < pages else None,
         status=status,

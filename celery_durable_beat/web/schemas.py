@@ -101,9 +101,9 @@ class Problem(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    code: (
-        Literal["unauthorized", "forbidden", "not_found", "conflict", "invalid", "too_large"] | str
-    )
+    code: Literal[
+        "unauthorized", "forbidden", "not_found", "conflict", "invalid", "too_large", "unavailable"
+    ]
     message: str
     problems: list[Problem] | None = Field(None, description="With code invalid: each problem.")
 
