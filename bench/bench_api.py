@@ -80,7 +80,10 @@ def row(case: str, timings: list[float], floor: float) -> str:
     p50 = statistics.median(ordered)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
     rate = 1 / statistics.fmean(ordered)
-    return f"| {case} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | {rate:.1f} | {p50 / floor:.1f}× |"
+    times = "\N{MULTIPLICATION SIGN}"
+    return (
+        f"| {case} | {p50 * 1000:.1f} | {p99 * 1000:.1f} | {rate:.1f} | {p50 / floor:.1f}{times} |"
+    )
 
 
 def main() -> None:
@@ -155,7 +158,8 @@ def main() -> None:
             ]
             f50 = statistics.median(floor)
             print(
-                f"{args.schedules:,} schedules on PostgreSQL, {args.requests} sequential requests per case"
+                f"{args.schedules:,} schedules on PostgreSQL, "
+                f"{args.requests} sequential requests per case"
             )
             print("| case | p50 ms | p99 ms | requests/s | p50 ÷ /healthz p50 |")
             print("|---|---|---|---|---|")
