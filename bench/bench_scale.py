@@ -19,12 +19,11 @@ import os
 import statistics
 import sys
 import time
-import uuid
 from typing import Any
 
-import psycopg
 import redis
 from celery import Celery
+from pgdb import drop_db, make_db
 from sqlalchemy import text
 
 from celery_durable_beat.ids import tick_task_id
@@ -41,19 +40,6 @@ def rss_mb() -> float:
     with open("/proc/self/statm") as f:
         pages = int(f.read().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / 1e6
-
-
-def make_db(admin: str) -> str:
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin.replace("+psycopg", ""), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')  # generated name
-    return admin.rsplit("/", 1)[0] + "/" + name
-
-
-def drop_db(admin: str, url: str) -> None:
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(admin.replace("+psycopg", ""), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 SEED_SQL = text("""

@@ -23,10 +23,9 @@ from __future__ import annotations
 import argparse
 import os
 import time
-import uuid
 from collections.abc import Callable, Sequence
 
-import psycopg
+from pgdb import drop_db, make_db
 
 from celery_durable_beat.model import Definition, Source
 from celery_durable_beat.schedules.validate import validate_entries
@@ -34,19 +33,6 @@ from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.sync import first_tick_ms, sync_definitions
 
 PG = os.environ.get("DURABLE_BEAT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
-
-
-def make_db(admin: str) -> str:
-    name = f"bench_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(admin.replace("+psycopg", ""), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')  # generated name
-    return admin.rsplit("/", 1)[0] + "/" + name
-
-
-def drop_db(admin: str, url: str) -> None:
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(admin.replace("+psycopg", ""), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def entries(count: int, salt: int = 0, distinct: bool = False) -> list[Definition]:

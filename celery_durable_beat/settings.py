@@ -7,6 +7,7 @@ round. ``DURABLE_BEAT_URL`` in the environment wins over ``durable_beat_url``.
 from __future__ import annotations
 
 import os
+from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -18,9 +19,22 @@ from celery_durable_beat.urls import redact_url
 
 DEFAULT_URL = "sqlite:///celerybeat-durable.sqlite3"
 URL_ENV = "DURABLE_BEAT_URL"
+TOKENS_ENV = "DURABLE_BEAT_API_TOKENS"
 PREFIX = "durable_beat_"
 DEFAULT_REDACT = DEFAULT_KEYS
 """SPEC §2's default for ``durable_beat_redact`` (defined once, in the pure ``redact`` module)."""
+
+
+class Role(str, Enum):
+    """What an API token may do; each role may do everything the ones before it may (§9)."""
+
+    VIEWER = "viewer"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+    @property
+    def rank(self) -> int:
+        return list(Role).index(self)
 
 
 class Settings(BaseModel):
@@ -47,7 +61,10 @@ class Settings(BaseModel):
     metrics_port: int | None = Field(None, ge=0, le=65535)
     """Reserved: the Prometheus port of SPEC §10; no metrics are served yet."""
     flower_url: str | None = None
-    """Reserved: the Flower base URL for console links (SPEC §9); no console reads it yet."""
+    """Flower's base URL: the console links each task id to ``{flower_url}/task/{id}``."""
+    api_tokens: dict[str, Role] | None = Field(None, repr=False)
+    """Token → role for ``serve`` (SPEC §9); ``DURABLE_BEAT_API_TOKENS`` (``role:token,…``)
+    overrides. Never shown: not in repr, and a bad value is reported without it."""
     redact: tuple[str, ...] = DEFAULT_REDACT
     """Key substrings (case-insensitive, any depth) whose values read surfaces and the tick
     messages' ``argsrepr`` / ``kwargsrepr`` show as ``***``."""
@@ -67,10 +84,24 @@ class Settings(BaseModel):
                 values[name] = value
         if env.get(URL_ENV):
             values["url"] = env[URL_ENV]
+        if env.get(TOKENS_ENV):
+            values["api_tokens"] = _tokens_from_env(env[TOKENS_ENV])
         try:
             return cls(**values)
         except ValidationError as exc:
             raise ConfigError([_problem(err) for err in exc.errors()]) from None
+
+
+def _tokens_from_env(text: str) -> dict[str, str] | str:
+    """``role:token,role:token`` as the setting's mapping; unreadable text is passed on whole,
+    so validation reports it (without the tokens) under the setting's name."""
+    tokens: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        role, sep, token = item.partition(":")
+        if not sep or not token.strip():
+            return text
+        tokens[token.strip()] = role.strip()
+    return tokens
 
 
 def _problem(error: Any) -> SettingProblem:
@@ -78,6 +109,16 @@ def _problem(error: Any) -> SettingProblem:
     name = str(error["loc"][0]) if error["loc"] else ""
     setting = PREFIX + name if name else "durable_beat settings"
     value = error.get("input")
+    if name == "api_tokens":
+        message = (
+            "must map each token to viewer, operator or admin "
+            f"({TOKENS_ENV} reads role:token,role:token)"
+        )
+        return SettingProblem(
+            entry="settings",
+            field=setting,
+            problem=f"{setting} (tokens not shown): {message}",  # a token never reaches a log
+        )
     shown = redact_url(value) if name.endswith("url") and isinstance(value, str) else repr(value)
     return SettingProblem(
         entry="settings", field=setting, problem=f"{setting} = {shown}: {error['msg']}"

@@ -339,3 +339,24 @@ def migrate(ctx: click.Context, as_json: bool) -> None:
     beat = control(ctx)
     revision = beat.migrate()
     emit(as_json, lambda: {"revision": revision}, lambda: [f"schema at revision {revision}"])
+
+
+@durable_beat.command(cls=VerbCommand)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8088, show_default=True, type=int, help="Port to listen on.")
+@click.pass_context
+def serve(ctx: click.Context, host: str, port: int) -> None:
+    """Serve the HTTP API, the web console and /metrics (needs the web extra)."""
+    try:
+        from celery_durable_beat.web.auth import NoTokens
+        from celery_durable_beat.web.server import serve as run_server
+    except ImportError as exc:
+        raise CliError(
+            f"serve needs the web extra ({exc.name} is missing): "
+            "pip install 'celery_durable_beat[web]'",
+            EXIT_CODES["error"],
+        ) from None
+    try:
+        run_server(control(ctx), host, port)
+    except NoTokens as exc:
+        raise CliError(str(exc), EXIT_CODES["invalid input"]) from None

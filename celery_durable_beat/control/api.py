@@ -35,6 +35,7 @@ from celery_durable_beat.control.views import (
     HistoryPage,
     NextTick,
     ScheduleDetail,
+    SchedulePage,
     ScheduleView,
     StatusView,
     TriggerResult,
@@ -73,6 +74,7 @@ __all__ = [
     "LeaseHolder",
     "NextTick",
     "ScheduleDetail",
+    "SchedulePage",
     "ScheduleView",
     "StatusView",
     "TriggerResult",
@@ -81,6 +83,8 @@ __all__ = [
 
 HISTORY_LIMIT = (1, 100)
 """Allowed ``history`` page sizes."""
+PAGE_LIMIT = (1, 1000)
+"""Allowed ``page`` sizes."""
 COUNT_LIMIT = (1, 100)
 """Allowed ``next_ticks`` / ``get`` look-ahead counts."""
 
@@ -168,6 +172,26 @@ class DurableBeat:
     def list(self) -> list[ScheduleView]:
         """Every schedule, archived ones included, ordered by name."""
         return [schedule_view(record) for record in self.store.list_schedules()]
+
+    def page(
+        self, contains: str = "", state: str | None = None, *, offset: int = 0, limit: int = 100
+    ) -> SchedulePage:
+        """``list`` one page at a time, filtered by name (case-insensitive text) and state.
+
+        Reads only the page from the store: what a console showing 100 of 10,000 needs.
+        """
+        _check_range("limit", limit, PAGE_LIMIT)
+        if offset < 0:
+            raise InvalidArgument(f"offset must be 0 or more; got {offset!r}")
+        try:
+            wanted = None if state is None else ScheduleState(state)
+        except ValueError:
+            states = ", ".join(s.value for s in ScheduleState)
+            raise InvalidArgument(f"state must be one of {states}; got {state!r}") from None
+        store = self.store
+        records, matched = store.page_schedules(contains, wanted, offset, limit)
+        total = sum(store.counts_by_state().values())
+        return SchedulePage(tuple(schedule_view(r) for r in records), matched, total)
 
     def get(self, name: str, *, count: int = 5, after: datetime | None = None) -> ScheduleDetail:
         """One schedule, flat: its attributes are the ``show --json`` fields (SPEC §8).

@@ -70,6 +70,17 @@ class ScheduleView:
 
 
 LIST_FIELDS = tuple(f.name for f in fields(ScheduleView) if f.name != "definition")
+
+
+@dataclass(frozen=True)
+class SchedulePage:
+    """One page of ``list``: its schedules, how many match the filter, how many exist."""
+
+    schedules: tuple[ScheduleView, ...]
+    matched: int
+    total: int
+
+
 """The fields of a ``list`` item, in SPEC §8's order."""
 
 

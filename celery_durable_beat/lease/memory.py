@@ -25,9 +25,7 @@ class _MemoryFence:
     def __init__(self, store: MemoryStore) -> None:
         self.store = store
 
-    def acquire_or_renew(
-        self, token: str, holder: str, ttl_ms: int, epoch: int | None
-    ) -> LeaseRow:
+    def acquire_or_renew(self, token: str, holder: str, ttl_ms: int, epoch: int | None) -> LeaseRow:
         return self.store.lease_acquire_or_renew(token, holder, ttl_ms, epoch)
 
     def release(self, token: str) -> bool:

@@ -163,9 +163,7 @@ class SqlFenceRows:
     def __init__(self, store: WriteTransactions) -> None:
         self.store = store
 
-    def acquire_or_renew(
-        self, token: str, holder: str, ttl_ms: int, epoch: int | None
-    ) -> LeaseRow:
+    def acquire_or_renew(self, token: str, holder: str, ttl_ms: int, epoch: int | None) -> LeaseRow:
         return self.store.write_transaction(
             lambda conn: _acquire_or_renew(conn, token, holder, ttl_ms, epoch)
         )

@@ -263,6 +263,16 @@ class Store(Protocol):
     def list_schedules(self) -> list[ScheduleRecord]:
         """Every schedule, archived ones included, ordered by name (control surfaces only)."""
 
+    def page_schedules(
+        self, contains: str, state: ScheduleState | None, offset: int, limit: int
+    ) -> tuple[list[ScheduleRecord], int]:
+        """One page of ``list_schedules`` order, and how many schedules match in all.
+
+        ``contains`` matches names case-insensitively as plain text (``%`` and ``_`` are not
+        wildcards); ``""`` matches every name; ``state`` None matches every state. Why: the
+        console shows 100 rows of 10,000 without reading the other 9,900.
+        """
+
     def upsert(
         self, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
     ) -> UpsertResult:

@@ -190,6 +190,17 @@ class MemoryStore:
             rows = sorted(self._rows.values(), key=lambda row: (row.key, row.id))
             return [row.record() for row in rows]
 
+    def page_schedules(
+        self, contains: str, state: ScheduleState | None, offset: int, limit: int
+    ) -> tuple[list[ScheduleRecord], int]:
+        needle = contains.lower()
+        matched = [
+            record
+            for record in self.list_schedules()
+            if needle in record.name.lower() and (state is None or record.state is state)
+        ]
+        return matched[offset : offset + limit], len(matched)
+
     def upsert(
         self, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
     ) -> UpsertResult:

@@ -267,7 +267,5 @@ def prunable(events: Sequence[StoredEvent], keep: int, next_tick_ms: int | None)
     return {
         e.id
         for e in events
-        if e.id != newest_enqueued
-        and e.tick_ms < limit
-        and (threshold is None or e.id < threshold)
+        if e.id != newest_enqueued and e.tick_ms < limit and (threshold is None or e.id < threshold)
     }

@@ -589,3 +589,23 @@ def test_lookups_of_impossible_names_find_nothing(store: Store) -> None:
     assert store.get("x" * 500) is None
     assert store.history("", limit=5) == []
     assert store.delete("x" * 500) is False
+
+
+def test_page_schedules_filters_by_plain_text_and_state_in_name_order(store: Store) -> None:
+    for name in ("Gamma", "beta_1", "beta%2", "Alpha", "alphabet", "betaX1"):
+        add(store, name, MINUTE)
+    store.set_state("alphabet", ScheduleState.PAUSED, 0)
+
+    def names(
+        contains: str, state: ScheduleState | None = None, offset: int = 0, limit: int = 10
+    ) -> tuple[list[str], int]:
+        records, matched = store.page_schedules(contains, state, offset, limit)
+        return [r.name for r in records], matched
+
+    assert names("") == (["Alpha", "alphabet", "beta%2", "beta_1", "betaX1", "Gamma"], 6)
+    assert names("ALPHA") == (["Alpha", "alphabet"], 2)
+    assert names("beta_") == (["beta_1"], 1)  # "_" is a character, not a wildcard
+    assert names("%") == (["beta%2"], 1)
+    assert names("", ScheduleState.PAUSED) == (["alphabet"], 1)
+    assert names("a", ScheduleState.ACTIVE, offset=1, limit=2) == (["beta%2", "beta_1"], 5)
+    assert names("nothing") == ([], 0)

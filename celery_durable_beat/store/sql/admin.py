@@ -66,6 +66,26 @@ def list_schedules(conn: Connection) -> list[ScheduleRecord]:
     return [to_record(row) for row in rows]
 
 
+def page_schedules(
+    conn: Connection, contains: str, state: ScheduleState | None, offset: int, limit: int
+) -> tuple[list[ScheduleRecord], int]:
+    """See ``Store.page_schedules``: the page and the matching count, two bounded statements."""
+    where = []
+    if contains:
+        where.append(func.lower(schedules.c.name).contains(contains.lower(), autoescape=True))
+    if state is not None:
+        where.append(schedules.c.state == state.value)
+    matched = conn.execute(select(func.count()).select_from(schedules).where(*where)).scalar()
+    rows = conn.execute(
+        select(schedules)
+        .where(*where)
+        .order_by(schedules.c.name_key, schedules.c.id)
+        .offset(offset)
+        .limit(limit)
+    )
+    return [to_record(row) for row in rows], int(matched or 0)
+
+
 def upsert(
     conn: Connection, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
 ) -> UpsertResult:

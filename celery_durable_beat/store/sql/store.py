@@ -139,6 +139,13 @@ class SqlStore(LazyEngine):
     def list_schedules(self) -> list[ScheduleRecord]:
         return self._read(sql_admin.list_schedules)
 
+    def page_schedules(
+        self, contains: str, state: ScheduleState | None, offset: int, limit: int
+    ) -> tuple[list[ScheduleRecord], int]:
+        return self._read(
+            lambda conn: sql_admin.page_schedules(conn, contains, state, offset, limit)
+        )
+
     def upsert(
         self, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
     ) -> UpsertResult:

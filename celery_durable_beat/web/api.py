@@ -1,0 +1,239 @@
+"""``/api/v1``: the JSON API of SPEC §9, one handler per row of its table.
+
+Each handler calls one ``DurableBeat`` method and answers with that view's ``to_json()``, exactly
+what the CLI prints with ``--json``. Names may hold ``/`` (``{name:path}``), so the routes with a
+suffix (``/pause``, ``/enqueue-events``, …) are declared before the bare ``{name}`` ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Header, Query, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from celery_durable_beat.control import DurableBeat
+from celery_durable_beat.control.api import COUNT_LIMIT, HISTORY_LIMIT, ScheduleView
+from celery_durable_beat.settings import Role
+from celery_durable_beat.web import schemas
+from celery_durable_beat.web.auth import Tokens, allows
+from celery_durable_beat.web.errors import ApiError, unauthorized
+
+_bearer = HTTPBearer(auto_error=False, description="A token from durable_beat_api_tokens")
+_MEANING = {
+    401: "No token, or one not configured",
+    403: "The token's role may not do this",
+    404: "No schedule by that name",
+    409: "Config owns the name, or the schedule is archived",
+    413: "The body is over 1 MiB",
+    422: "Invalid body or query, each problem with its field",
+    503: "The store (or, for a manual run, the broker) does not answer",
+}
+
+
+def errors(
+    *codes: int, extra: dict[int | str, dict[str, Any]] | None = None
+) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of an operation: its error answers, then ``extra``."""
+    found: dict[int | str, dict[str, Any]] = {
+        code: {"model": schemas.ErrorOut, "description": _MEANING[code]}
+        for code in (401, 503, *codes)
+    }
+    found.update(extra or {})
+    return found
+
+
+router = APIRouter(prefix="/api/v1")
+
+
+def needs(role: Role) -> Callable[..., Role]:
+    """A dependency: the caller's role, if it is at least ``role`` (else 401 or 403)."""
+
+    def check(
+        request: Request,
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    ) -> Role:
+        tokens: Tokens = request.app.state.tokens
+        found = tokens.role_of(None if credentials is None else credentials.credentials)
+        if found is None:
+            raise unauthorized()
+        if not allows(found, role):
+            raise ApiError(
+                403, "forbidden", f"this needs the {role.value} role; yours is {found.value}"
+            )
+        return found
+
+    return check
+
+
+def role_doc(role: Role) -> dict[str, Any]:
+    """The role an operation needs, in the OpenAPI document (``x-role``; docs/api.md shows it)."""
+    return {"x-role": role.value}
+
+
+def control(request: Request) -> DurableBeat:
+    beat: DurableBeat = request.app.state.beat
+    return beat
+
+
+Beat = Annotated[DurableBeat, Depends(control)]
+Viewer = Depends(needs(Role.VIEWER))
+Operator = Depends(needs(Role.OPERATOR))
+Admin = Depends(needs(Role.ADMIN))
+
+
+@router.get(
+    "/schedules",
+    response_model=list[schemas.ScheduleOut],
+    dependencies=[Viewer],
+    openapi_extra=role_doc(Role.VIEWER),
+    responses=errors(),
+)
+def list_schedules(beat: Beat) -> Response:
+    """Every schedule, archived ones included, ordered by name (``list --json``)."""
+    return JSONResponse([view.to_json() for view in beat.list()])
+
+
+@router.get(
+    "/status",
+    response_model=schemas.StatusOut,
+    dependencies=[Viewer],
+    openapi_extra=role_doc(Role.VIEWER),
+    responses=errors(),
+)
+def status(beat: Beat) -> Response:
+    """Leader, fencing epoch, lease expiry, schedules by state, due backlog (``status --json``)."""
+    return JSONResponse(beat.status().to_json())
+
+
+@router.get(
+    "/schedules/{name:path}/enqueue-events",
+    response_model=schemas.HistoryOut,
+    dependencies=[Viewer],
+    openapi_extra=role_doc(Role.VIEWER),
+    responses=errors(404, 422),
+)
+def enqueue_events(
+    beat: Beat,
+    name: str,
+    limit: Annotated[int, Query(ge=HISTORY_LIMIT[0], le=HISTORY_LIMIT[1])] = 30,
+    cursor: str | None = None,
+) -> Response:
+    """History, newest first; ``next_cursor`` pages to older events (``history --json``)."""
+    return JSONResponse(beat.history(name, limit=limit, cursor=cursor).to_json())
+
+
+@router.post(
+    "/schedules/{name:path}/pause",
+    response_model=schemas.ScheduleOut,
+    dependencies=[Operator],
+    openapi_extra=role_doc(Role.OPERATOR),
+    responses=errors(403, 404, 409),
+)
+def pause(beat: Beat, name: str) -> Response:
+    """Stop ticking until resumed."""
+    return JSONResponse(beat.pause(name).to_json())
+
+
+@router.post(
+    "/schedules/{name:path}/resume",
+    response_model=schemas.ScheduleOut,
+    dependencies=[Operator],
+    openapi_extra=role_doc(Role.OPERATOR),
+    responses=errors(403, 404, 409),
+)
+def resume(beat: Beat, name: str) -> Response:
+    """Tick again from the first occurrence after now (the pause is not replayed)."""
+    return JSONResponse(beat.resume(name).to_json())
+
+
+@router.post(
+    "/schedules/{name:path}/archive",
+    response_model=schemas.ScheduleOut,
+    dependencies=[Admin],
+    openapi_extra=role_doc(Role.ADMIN),
+    responses=errors(403, 404),
+)
+def archive(beat: Beat, name: str) -> Response:
+    """Retire the schedule; its history is kept."""
+    return JSONResponse(beat.archive(name).to_json())
+
+
+@router.post(
+    "/schedules/{name:path}/trigger",
+    response_model=schemas.TriggerOut,
+    status_code=201,
+    dependencies=[Operator],
+    openapi_extra=role_doc(Role.OPERATOR),
+    responses=errors(
+        403, 404, 413, 422, extra={200: {"model": schemas.TriggerOut, "description": "A replay"}}
+    ),
+)
+def trigger(
+    beat: Beat,
+    name: str,
+    body: Annotated[schemas.TriggerIn | None, Body()] = None,
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> Response:
+    """Run now, outside the plan; the same ``Idempotency-Key`` never runs twice."""
+    kwargs = None if body is None else body.kwargs
+    result = beat.trigger(name, kwargs=kwargs, idempotency_key=idempotency_key)
+    return JSONResponse(result.to_json(), status_code=201 if result.created else 200)
+
+
+@router.get(
+    "/schedules/{name:path}",
+    response_model=schemas.ScheduleDetailOut,
+    dependencies=[Viewer],
+    openapi_extra=role_doc(Role.VIEWER),
+    responses=errors(404, 422),
+)
+def show(
+    beat: Beat,
+    name: str,
+    count: Annotated[int, Query(ge=COUNT_LIMIT[0], le=COUNT_LIMIT[1])] = 5,
+) -> Response:
+    """One schedule with its next ``count`` ticks (``show --json``)."""
+    return JSONResponse(beat.get(name, count=count).to_json())
+
+
+@router.put(
+    "/schedules/{name:path}",
+    response_model=schemas.UpsertOut,
+    dependencies=[Admin],
+    openapi_extra=role_doc(Role.ADMIN),
+    responses=errors(
+        403, 409, 413, 422, extra={201: {"model": schemas.UpsertOut, "description": "Created"}}
+    ),
+)
+def upsert(
+    beat: Beat,
+    name: str,
+    entry: Annotated[dict[str, Any], Body(description="A beat_schedule entry as JSON")],
+) -> Response:
+    """Create or change an API schedule; a name config owns is refused (409)."""
+    status = beat.upsert(name, entry)
+    schedule = ScheduleView.to_json(beat.get(name, count=1))  # the list fields only
+    body = {"status": status.value, "schedule": schedule}
+    return JSONResponse(body, status_code=201 if status.value == "created" else 200)
+
+
+@router.delete(
+    "/schedules/{name:path}",
+    status_code=204,
+    dependencies=[Admin],
+    openapi_extra=role_doc(Role.ADMIN),
+    responses=errors(403, 404, 409),
+)
+def delete(beat: Beat, name: str) -> Response:
+    """Remove an API schedule (history stays readable); config owns its own (409)."""
+    if beat.get(name, count=1).source == "config":
+        raise ApiError(
+            409,
+            "conflict",
+            f'schedule "{name}" comes from beat_schedule; remove it from the config instead',
+        )
+    beat.delete(name)
+    return Response(status_code=204)

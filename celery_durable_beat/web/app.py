@@ -1,0 +1,94 @@
+"""The ASGI app of ``durable-beat serve``: API, console, ``/healthz`` and ``/metrics`` in one."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from celery_durable_beat.control import DurableBeat
+from celery_durable_beat.exceptions import DurableBeatError
+from celery_durable_beat.settings import Role
+from celery_durable_beat.web import api, console
+from celery_durable_beat.web.auth import Tokens
+from celery_durable_beat.web.errors import (
+    ApiError,
+    error_response,
+    from_domain,
+    on_api_error,
+    on_validation_error,
+)
+from celery_durable_beat.web.limits import BodyLimit
+
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+}
+
+
+def create_app(
+    beat: DurableBeat,
+    *,
+    tokens: Mapping[str, Role] | None = None,
+    flower_url: str | None = None,
+    metrics: Any = None,
+) -> FastAPI:
+    """The server for ``beat``'s app: tokens and Flower URL default to its settings.
+
+    ``metrics`` is an ASGI app mounted at ``/metrics`` (``prometheus_client.make_asgi_app``).
+    Raises ``auth.NoTokens`` when no token is configured: an API without one would be open.
+    """
+    settings = beat.settings
+    app = FastAPI(
+        title="celery_durable_beat",
+        summary="Durable, highly available Celery beat: schedules, history, manual runs.",
+        version="1",
+        openapi_url="/api/v1/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.beat = beat
+    app.state.tokens = Tokens(tokens if tokens is not None else settings.api_tokens)
+    app.state.flower_url = flower_url if flower_url is not None else settings.flower_url
+    app.add_exception_handler(ApiError, on_api_error)
+    app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(DurableBeatError, _on_domain_error)
+    app.middleware("http")(_security_headers)
+    app.add_middleware(BodyLimit)
+    app.include_router(api.router)
+    app.include_router(console.router)
+    app.mount("/static", StaticFiles(directory=Path(__file__).with_name("static")), name="static")
+    if metrics is not None:
+        app.mount("/metrics", metrics)
+    app.get("/healthz", include_in_schema=False)(_healthz)
+    return app
+
+
+async def _on_domain_error(_request: Request, exc: Exception) -> JSONResponse:
+    return error_response(from_domain(exc))
+
+
+async def _security_headers(
+    request: Request, call_next: Callable[[Request], Awaitable[Response]]
+) -> Response:
+    response = await call_next(request)
+    for name, value in _HEADERS.items():
+        response.headers.setdefault(name, value)
+    return response
+
+
+def _healthz(request: Request) -> Response:
+    """200 when the store answers, 503 otherwise; no auth (for load balancers and probes)."""
+    beat: DurableBeat = request.app.state.beat
+    try:
+        beat.store.now_ms()
+    except DurableBeatError:
+        return JSONResponse({"status": "unavailable", "store": "not answering"}, status_code=503)
+    return JSONResponse({"status": "ok"})

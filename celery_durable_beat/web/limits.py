@@ -1,0 +1,64 @@
+"""What the server refuses before any handler runs, and what its access log leaves out."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+MAX_BODY = 1024 * 1024
+"""Largest request body accepted (1 MiB): a schedule entry is a few hundred bytes."""
+
+
+class BodyLimit:
+    """Answers 413 to a body over ``MAX_BODY``, declared or streamed, before the app reads it."""
+
+    def __init__(self, app: ASGIApp, limit: int = MAX_BODY) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await _too_large(send)
+            return
+        chunks: list[Message] = []
+        size = 0
+        while True:  # bodies here are small: read them whole, then replay them to the app
+            message = await receive()
+            chunks.append(message)
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                await _too_large(send)
+                return
+            if message["type"] != "http.request" or not message.get("more_body"):
+                break
+
+        async def replay() -> Message:
+            return chunks.pop(0) if chunks else await receive()
+
+        await self.app(scope, replay, send)
+
+
+async def _too_large(send: Send) -> None:
+    body = json.dumps(
+        {"error": {"code": "too_large", "message": f"the request body exceeds {MAX_BODY} bytes"}}
+    ).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class NoQueryInAccessLog(logging.Filter):
+    """uvicorn's access log without query strings: a token or cursor pasted into a URL by
+    mistake never reaches a log (tokens are only read from headers and the cookie anyway)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args: Any = record.args
+        if isinstance(args, tuple) and len(args) >= 3 and isinstance(args[2], str):
+            record.args = (*args[:2], args[2].split("?", 1)[0], *args[3:])
+        return True

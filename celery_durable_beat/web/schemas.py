@@ -1,0 +1,112 @@
+"""The HTTP API's bodies as pydantic models: they make the OpenAPI document.
+
+Handlers answer with the control views' own ``to_json()`` (the CLI's ``--json``), so the API and
+the CLI cannot drift; a test holds these models' fields to those of ``control.views``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ScheduleOut(BaseModel):
+    """A ``list --json`` item."""
+
+    name: str
+    task: str
+    schedule: str
+    tz: str
+    missed: str
+    backfill_max: int
+    overlap: str
+    jitter: float
+    state: Literal["active", "paused", "archived", "quarantined"]
+    version: int
+    source: Literal["config", "api"]
+    next_tick: str | None
+    next_tick_ms: int | None
+    last_tick_ms: int | None
+    last_outcome: str | None
+
+
+class OverdueOut(BaseModel):
+    since: str
+    missed: int
+    fires: list[str]
+
+
+class ScheduleDetailOut(ScheduleOut):
+    """The ``show --json`` object; ``args``/``kwargs``/``options`` redacted."""
+
+    description: str
+    about: str | None
+    overdue: OverdueOut | None
+    next: list[str]
+    args: list[Any]
+    kwargs: dict[str, Any]
+    options: dict[str, Any]
+
+
+class EventOut(BaseModel):
+    schedule: str
+    tick_ms: int
+    task_id: str | None
+    trigger: str
+    outcome: Literal["enqueued", "deduplicated", "failed", "skipped"]
+    reason: str | None
+    lag_ms: int | None
+    version: int
+    recorded_at: str
+    run_state: str | None
+
+
+class HistoryOut(BaseModel):
+    """``history --json``: newest first; pass ``next_cursor`` back for older events."""
+
+    events: list[EventOut]
+    next_cursor: str | None
+
+
+class StatusOut(BaseModel):
+    leader: str | None
+    epoch: int
+    lease_expires_at: str | None
+    counts: dict[str, int]
+    due_backlog: int
+
+
+class TriggerIn(BaseModel):
+    """``kwargs`` are merged over the schedule's own for this run only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kwargs: dict[str, Any] | None = None
+
+
+class TriggerOut(BaseModel):
+    task_id: str
+    created: bool
+
+
+class UpsertOut(BaseModel):
+    status: Literal["created", "updated", "unchanged"]
+    schedule: ScheduleOut
+
+
+class Problem(BaseModel):
+    field: str
+    problem: str
+
+
+class ErrorBody(BaseModel):
+    code: Literal[
+        "unauthorized", "forbidden", "not_found", "conflict", "invalid", "too_large", "unavailable"
+    ]
+    message: str
+    problems: list[Problem] | None = Field(None, description="With code invalid: each problem.")
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody

@@ -1,0 +1,245 @@
+"""The console in a real browser: ``durable-beat serve`` run as a process (the CLI verb), and
+Debian's chromium driven by playwright (never ``playwright install``: nothing is downloaded).
+
+Set ``DURABLE_BEAT_SCREENSHOTS=docs`` to write the screenshots docs/console.md shows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from celery_durable_beat import DurableBeat
+from celery_durable_beat.celery_config import definitions_from_app
+from celery_durable_beat.sync import sync_definitions
+from tests.integration.test_cli import write_project
+from tests.support.procs import wait_until
+from tests.support.webserver import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.browser, pytest.mark.timeout(180)]
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+TOKENS = {"viewer-secret-1": "viewer", "operator-secret-2": "operator"}
+ODD = "reports/daily ünï côde & <b>x</b>"
+SCHEDULE = {
+    "nightly-digest": {
+        "task": "proj.digest",
+        "schedule": "30 3 * * 1-5",
+        "tz": "America/New_York",
+        "kwargs": {"api_password": "hunter2", "team": "ops"},
+        "description": "<script>window.pwned = 1</script>Sends the digest",
+    },
+    ODD: {"task": "proj.odd", "schedule": "@every 15m"},
+    **{
+        f"tenant-{n:03d}": {"task": "proj.poll", "schedule": f"{n % 60} * * * *"}
+        for n in range(150)
+    },
+}
+FLOWER = "http://flower.example:5555"
+
+
+@dataclass
+class Served:
+    url: str
+    log: Path
+    beat: DurableBeat
+
+
+@pytest.fixture
+def served(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Served]:
+    app = write_project(
+        tmp_path,
+        pg_url,
+        broker=redis_url,
+        beat_schedule=SCHEDULE,
+        durable_beat_api_tokens=TOKENS,
+        durable_beat_flower_url=FLOWER,
+    )
+    control = DurableBeat(app)
+    sync_definitions(
+        control.store, definitions_from_app(app, control.settings), control.store.now_ms()
+    )
+    port = free_port()
+    log = tmp_path / "serve.log"
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("DURABLE_BEAT_URL", None)
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "proj",
+                "durable-beat",
+                "serve",
+                "--port",
+                str(port),
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _answers(url, proc), timeout=30, what="serve to answer /healthz")
+        yield Served(url, log, control)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        control.close()
+
+
+def _answers(url: str, proc: subprocess.Popen[bytes]) -> bool:
+    assert proc.poll() is None, "serve exited"
+    try:
+        return httpx.get(url + "/healthz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    if not shutil.which(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: scripts/check installs it (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+def sign_in(page: Any, url: str, token: str) -> None:
+    page.goto(url + "/")
+    assert page.url.endswith("/login")
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    page.wait_for_url(url + "/")
+
+
+def shoot(page: Any, name: str, tmp: Path) -> Path:
+    folder = Path(os.environ.get("DURABLE_BEAT_SCREENSHOTS", tmp))
+    target = folder / name
+    page.screenshot(path=str(target), full_page=False)
+    assert target.stat().st_size > 10_000
+    return target
+
+
+def test_viewer_reads_and_cannot_act(served: Served, browser: Any, tmp_path: Path) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 860})
+    page = context.new_page()
+    page.goto(served.url + "/login")
+    page.fill("#token", "wrong")
+    page.click("button[type=submit]")
+    assert "That token is not known." in page.inner_text("[role=alert]")
+
+    sign_in(page, served.url, "viewer-secret-1")
+    cookie = next(c for c in context.cookies() if c["name"] == "durable_beat_session")
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    assert "1\N{EN DASH}100 of 152" in page.inner_text(".count")  # paged: 100 rows, not 152
+    assert page.locator("table.schedules tbody tr").count() == 100
+    shoot(page, "console.png", tmp_path)
+
+    page.fill("input[name=q]", "digest")
+    page.click("form.filters button")
+    rows = page.locator("table.schedules tbody tr")
+    assert rows.count() == 1
+    row = rows.first.inner_text()
+    assert "nightly-digest" in row and "America/New_York" in row and "active" in row
+    assert "03:30" in row  # the schedule in words, in its zone
+
+    page.click("text=nightly-digest")
+    assert page.evaluate("window.pwned") is None  # the description is text, not markup
+    assert "<script>window.pwned = 1</script>Sends the digest" in page.inner_text("dl")
+    assert '"api_password": "***"' in page.inner_text("dl")
+    assert "hunter2" not in page.content()
+    assert page.locator("form[action$='/pause']").count() == 0  # nothing to press for a viewer
+    assert page.locator("form[action$='/trigger']").count() == 0
+    refused = page.request.post(served.url + "/schedules/nightly-digest/pause", form={"csrf": "x"})
+    assert refused.status == 403
+
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone
+    shoot(page, "console-phone.png", tmp_path)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390 + 1
+    context.close()
+
+
+def test_operator_pauses_resumes_and_runs_now(served: Served, browser: Any, tmp_path: Path) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    sign_in(page, served.url, "operator-secret-2")
+    page.goto(served.url + "/schedules/" + quote(ODD, safe=""))
+    assert page.inner_text("h1").startswith(ODD)
+
+    page.click("text=Pause")
+    assert "Paused." in page.inner_text("[role=status]")
+    assert served.beat.get(ODD).state == "paused"
+    page.click("text=Resume")
+    assert served.beat.get(ODD).state == "active"
+    page.click("text=Run now")
+    assert "Sent." in page.inner_text("[role=status]")
+    link = page.locator("table a[href^='http://flower.example:5555/task/']")
+    assert link.count() == 1
+    task_id = served.beat.history(ODD, limit=1).events[0].task_id
+    assert link.get_attribute("href") == f"{FLOWER}/task/{quote(task_id or '', safe='')}"
+    shoot(page, "console-schedule.png", tmp_path)
+
+    forged = page.request.post(
+        served.url + "/schedules/" + quote(ODD, safe="") + "/pause", form={"csrf": "forged"}
+    )
+    assert forged.status == 403 and served.beat.get(ODD).state == "active"
+    context.close()
+
+
+def test_serve_logs_no_token_and_refuses_to_start_without_one(
+    served: Served, tmp_path: Path, pg_url: str
+) -> None:
+    for token in TOKENS:
+        httpx.get(
+            f"{served.url}/api/v1/status?token={token}",
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    wait_until(lambda: "/api/v1/status" in served.log.read_text(), timeout=10, what="access log")
+    text = served.log.read_text()
+    assert not any(token in text for token in TOKENS), text
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    write_project(bare, pg_url)
+    env = {**os.environ, "PYTHONPATH": str(bare)}
+    env.pop("DURABLE_BEAT_API_TOKENS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "proj", "durable-beat", "serve", "--port", "1"],
+        cwd=bare,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "durable_beat_api_tokens" in done.stderr and "Traceback" not in done.stderr
