@@ -25,9 +25,10 @@ DEFAULT_REDACT = ("password", "secret", "token", "key")
 class Settings(BaseModel):
     """Every ``durable_beat_*`` setting with its default.
 
-    ``metrics_port`` and ``flower_url`` are reserved: accepted and validated now so that a config
-    written for a later version does not stop beat at start, but nothing reads them yet (no
-    metrics server, no console links). ``redact`` is applied by the read surfaces (``show``,
+    ``metrics_port`` turns beat's Prometheus ``/metrics`` on (``wiring.make_observer``; the
+    ``metrics`` extra). ``flower_url`` is reserved: accepted and validated now so that a config
+    written for a later version does not stop beat at start, but nothing reads it yet (no
+    console links). ``redact`` is applied by the read surfaces (``show``,
     ``DurableBeat.get``), not yet to the ``kwargsrepr`` of tick messages.
     """
 
@@ -42,7 +43,9 @@ class Settings(BaseModel):
     history_keep: int = Field(100, ge=1)
     sync_config: bool = True
     metrics_port: int | None = Field(None, ge=0, le=65535)
-    """Reserved: the Prometheus port of SPEC §10; no metrics are served yet."""
+    """Beat serves Prometheus ``/metrics`` here (every interface), leader and standbys alike
+    (SPEC §10); unset: no metrics and prometheus-client is never imported. Needs the ``metrics``
+    extra: with the port set and the client missing, beat refuses to start."""
     flower_url: str | None = None
     """Reserved: the Flower base URL for console links (SPEC §9); no console reads it yet."""
     redact: tuple[str, ...] = DEFAULT_REDACT
