@@ -40,6 +40,7 @@ log = logging.getLogger("celery_durable_beat.metrics")
 __all__ = [
     "BeatMetrics",
     "METRIC_NAMES",
+    "SpecRegistry",
     "StatusCollector",
     "StatusLike",
     "status_registry",
@@ -88,6 +89,22 @@ class StoreCounts(Protocol):
     def counts_by_state(self) -> dict[str, int]: ...
 
     def due_backlog(self, now_ms: int) -> int: ...
+
+
+class SpecRegistry(CollectorRegistry):
+    """A registry whose scrape holds exactly SPEC §10's series.
+
+    prometheus_client adds a ``_created`` series beside every counter and histogram (one more
+    per label set, which no dashboard or rule here reads); this registry leaves them out of what
+    it collects. Why not ``prometheus_client.disable_created_metrics()``: it is process-wide, and
+    the user's own metrics in the beat process are not ours to change.
+    """
+
+    def collect(self) -> Iterator[Metric]:
+        for family in super().collect():
+            kept = Metric(family.name, family.documentation, family.type, family.unit)
+            kept.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield kept
 
 
 class BeatMetrics:

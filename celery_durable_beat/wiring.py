@@ -127,16 +127,12 @@ def make_observer(settings: Settings, store: Store, clock: Clock) -> RoundObserv
     if settings.metrics_port is None:
         return NO_OBSERVER
     try:
-        from prometheus_client import CollectorRegistry
-
-        from celery_durable_beat.metrics import BeatMetrics
+        from celery_durable_beat.metrics import BeatMetrics, SpecRegistry
     except ImportError as exc:
         if not (exc.name or "").startswith("prometheus_client"):
             raise
         raise _missing_metrics_client(settings.metrics_port) from None
-    return BeatMetrics(
-        CollectorRegistry(auto_describe=True), store=store, clock=clock, port=settings.metrics_port
-    )
+    return BeatMetrics(SpecRegistry(), store=store, clock=clock, port=settings.metrics_port)
 
 
 def _missing_metrics_client(port: int) -> ConfigError:

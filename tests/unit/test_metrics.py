@@ -20,6 +20,7 @@ from celery_durable_beat.leadership import Leadership
 from celery_durable_beat.metrics import (
     METRIC_NAMES,
     BeatMetrics,
+    SpecRegistry,
     StatusCollector,
     status_registry,
 )
@@ -277,6 +278,17 @@ def test_a_port_gives_beat_metrics_on_a_registry_of_their_own(
     two = make_observer(Settings(metrics_port=9809), store, clock)
     assert isinstance(one, BeatMetrics) and isinstance(two, BeatMetrics)
     assert one.registry is not two.registry and one.port == 9808
+    assert isinstance(one.registry, SpecRegistry)
+
+
+def test_the_spec_registry_leaves_out_the_created_series(
+    store: CountingStore, clock: ManualClock
+) -> None:
+    metrics = BeatMetrics(SpecRegistry(), store=store, clock=clock)
+    metrics.round_done(RoundStats(), 0.01)
+    names = {s.name for family in metrics.registry.collect() for s in family.samples}
+    assert "durable_beat_round_seconds_count" in names
+    assert not [name for name in names if name.endswith("_created")]
 
 
 # -- serve: the status collector ---------------------------------------------------------------
