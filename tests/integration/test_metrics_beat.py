@@ -130,7 +130,7 @@ def test_leader_and_standby_serve_the_specs_metrics(make_rig: Any) -> None:
 
 def test_a_taken_port_is_one_line_naming_the_setting_and_a_clean_exit(make_rig: Any) -> None:
     with socket.socket() as taken:
-        taken.bind(("0.0.0.0", 0))  # noqa: S104 - beat binds every interface, so must we
+        taken.bind(("0.0.0.0", 0))  # beat binds every interface, so the clash must be there
         taken.listen()
         port = taken.getsockname()[1]
         beat = make_rig(schedule=SCHEDULE).beat(metrics_port=port)

@@ -8,7 +8,8 @@ sees exactly what beat sent) and the worker tests (``install(app)``, tasks that 
 beat_schedule), ``BEAT_TIMEZONE`` (``app.conf.timezone``, default UTC), ``BEAT_LEASE_URL``,
 ``BEAT_LEASE_TTL``, ``BEAT_POLL``, ``GUARD`` (``0``: no ``install(app)``; by default the app
 calls it), ``GUARD_RUN_TTL``, ``VISIBILITY_TIMEOUT``,
-``QUARANTINE_AFTER``, ``METRICS_PORT`` (``durable_beat_metrics_port``), ``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
+``QUARANTINE_AFTER``, ``METRICS_PORT`` (``durable_beat_metrics_port``),
+``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
 none), ``TASK_QUEUE`` (the default queue, for a test of its own on a shared RabbitMQ); and the
 evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE`` (one JSON line
 per message the worker's main process received), ``SIGNALS_FILE`` (one JSON line per
