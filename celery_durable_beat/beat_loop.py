@@ -18,14 +18,20 @@ fixes that. Each round:
 Failures grow the wait (capped at a third of the TTL, so a leader still renews in time). A broker
 outage is remembered across the idle rounds that follow, so they do not reset the backoff while
 the ticks stay due. Nothing here knows Celery: the scheduler passes the broker's exception types.
+
+What a round did is told to a ``RoundObserver`` (``metrics.BeatMetrics`` when
+``durable_beat_metrics_port`` is set, else ``NO_OBSERVER``): the standing after every round, and
+each completed leader round with its records. The observer never stops beat: whatever it raises
+is logged (``metrics_failed``) and the round goes on.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
-from celery_durable_beat.dispatch import Dispatcher
+from celery_durable_beat.dispatch import Dispatcher, RoundStats
 from celery_durable_beat.exceptions import (
     LeaseError,
     SchemaOutdated,
@@ -52,6 +58,44 @@ BASIC_BROKER_ERRORS: tuple[type[Exception], ...] = (ConnectionError, OSError, Ti
 scheduler adds its transport's own (kombu's ``OperationalError``)."""
 
 
+class RoundObserver(Protocol):
+    """What the rounds tell metrics; called on the round's own thread, between two rounds.
+
+    Each call is O(records of the round): nothing here may grow with the number of schedules.
+    """
+
+    def start(self) -> None:
+        """Beat is starting (before its first round): e.g. listen on the metrics port."""
+
+    def standing(self, leader: bool, epoch: int) -> None:
+        """After every round, leader or standby, failed or not: who this beat is now."""
+
+    def round_done(self, stats: RoundStats | None, seconds: float) -> None:
+        """A leader round completed (``stats`` None: nothing was due), ``seconds`` long."""
+
+    def close(self) -> None:
+        """Beat is shutting down; idempotent."""
+
+
+class _NoObserver:
+    """The observer when metrics are off: does nothing."""
+
+    def start(self) -> None:
+        pass
+
+    def standing(self, leader: bool, epoch: int) -> None:
+        pass
+
+    def round_done(self, stats: RoundStats | None, seconds: float) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+NO_OBSERVER: RoundObserver = _NoObserver()
+
+
 class BeatLoop:
     """The rounds of one beat process, over the store, the dispatcher and the election."""
 
@@ -64,8 +108,11 @@ class BeatLoop:
         definitions: Sequence[Definition] | None,
         history_keep: int,
         broker_errors: tuple[type[Exception], ...] = BASIC_BROKER_ERRORS,
+        observer: RoundObserver = NO_OBSERVER,
     ) -> None:
         """``definitions`` is what config sync makes the store hold; None turns sync off."""
+        self.observer = observer
+        self._started = 0.0
         self.store = store
         self.dispatcher = dispatcher
         self.leadership = leadership
@@ -81,7 +128,9 @@ class BeatLoop:
         self._last_prune_ms = 0
 
     def prepare(self) -> None:
-        """Create the schema now if the store answers; an outage at start is retried by rounds."""
+        """Start the observer (metrics), then create the schema now if the store answers; an
+        outage at start is retried by rounds. The observer may refuse with ``ConfigError``."""
+        self.observer.start()
         try:
             self.store.ensure_schema()
         except StoreUnavailable as exc:
@@ -95,6 +144,13 @@ class BeatLoop:
 
     def round(self) -> float:
         """One round; the seconds until the next. Raises only ``SchemaOutdated``."""
+        self._started = self.leadership.clock.monotonic()
+        try:
+            return self._round()
+        finally:
+            self._observe_standing()
+
+    def _round(self) -> float:
         try:
             self._ensure_schema()
             if not self._lead():
@@ -116,6 +172,26 @@ class BeatLoop:
         except Exception as exc:
             log.exception("round failed unexpectedly", extra={"action": Action.ROUND_FAILED.value})
             return self._backoff(exc)
+
+    def _observe_standing(self) -> None:
+        leadership = self.leadership
+        leader = bool(leadership.was_leader)
+        seen = leadership.status.epoch if leadership.status is not None else 0
+        epoch = leadership.epoch if leader else max(seen, leadership.epoch)
+        self._observe(self.observer.standing, leader, epoch)
+
+    def _observe_round(self, stats: RoundStats | None) -> None:
+        seconds = self.leadership.clock.monotonic() - self._started
+        self._observe(self.observer.round_done, stats, seconds)
+
+    def _observe(self, call: Callable[..., None], *args: object) -> None:
+        """Call the observer; metrics never stop a round."""
+        try:
+            call(*args)
+        except Exception as exc:
+            log.warning(
+                "metrics not updated: %s", exc, extra={"action": Action.METRICS_FAILED.value}
+            )
 
     def _ensure_schema(self) -> None:
         if not self.schema_ready:
@@ -154,9 +230,11 @@ class BeatLoop:
         if due is None or due > now_ms:
             if not self.broker_down:  # idle rounds between broker retries keep the backoff
                 self.failures = 0
+            self._observe_round(None)
             self._maybe_prune(now_ms)  # a quiet moment: finish a pass cut short by its budget
             return self.delay(due, now_ms)
         stats = self.dispatcher.run_round(now_ms, self.leadership.epoch)
+        self._observe_round(stats)
         self._touched.update(e.schedule for e in stats.events)
         self.broker_down = stats.broker_unavailable
         if stats.broker_unavailable:
@@ -214,9 +292,13 @@ class BeatLoop:
                 break
 
     def close(self) -> None:
-        """Release the lease (only if held), then close the overlap gate and the store."""
-        self.leadership.close()
-        gate = self.dispatcher.gate
-        if gate is not None and hasattr(gate, "close"):
-            gate.close()
-        self.store.close()
+        """Release the lease (only if held), then close the overlap gate, the store and the
+        observer (the metrics server)."""
+        try:
+            self.leadership.close()
+            gate = self.dispatcher.gate
+            if gate is not None and hasattr(gate, "close"):
+                gate.close()
+            self.store.close()
+        finally:
+            self._observe(self.observer.close)

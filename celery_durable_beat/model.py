@@ -121,7 +121,8 @@ OWN_FAULT_REASONS = frozenset(
 class Action(str, Enum):
     """The ``action`` key of every structured log line the package writes.
 
-    A unit test holds every log call to one of these; ``docs/operations.md`` lists them all.
+    A unit test holds every log call to one of these; ``docs/metrics.md`` lists them all (and a
+    unit test keeps that list complete).
     """
 
     ROUND = "round"
@@ -172,6 +173,10 @@ class Action(str, Enum):
     """A worker received a tick whose task it does not have; recorded ``unknown_task``."""
     REVOKE_FAILED = "revoke_failed"
     """A run ``replace`` displaced could not be marked revoked or its revoke not broadcast."""
+    METRICS_SERVING = "metrics_serving"
+    """Beat serves Prometheus ``/metrics`` on ``durable_beat_metrics_port``."""
+    METRICS_FAILED = "metrics_failed"
+    """Metrics could not be updated (e.g. the store did not answer their read); beat goes on."""
 
 
 def canonical_hash(canonical_json: str) -> str:

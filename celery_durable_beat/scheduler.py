@@ -81,10 +81,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             if self._refusal is not None:
                 raise self._refusal
             self.loop = loop = make_beat_loop(self.app, self.settings, self.clock)
+            loop.prepare()  # the metrics port is bound here: one taken is a refusal too
         except ConfigError as exc:
+            self.close()
             _refuse(exc)
         self.store, self.lease, self.dispatcher = loop.store, loop.leadership.lease, loop.dispatcher
-        loop.prepare()
         self._install_signal_handlers()
         lease_url = self.settings.lease_url
         log.info(

@@ -40,12 +40,12 @@ class Role(str, Enum):
 class Settings(BaseModel):
     """Every ``durable_beat_*`` setting with its default.
 
-    ``metrics_port`` and ``flower_url`` are reserved: accepted and validated now so that a config
-    written for a later version does not stop beat at start, but nothing reads them yet (no
-    metrics server, no console links). ``redact`` is applied by the read surfaces (``show``,
-    ``DurableBeat.get``) and to the ``argsrepr`` / ``kwargsrepr`` of every tick message
-    (scheduled, catch-up and manual), so Flower, task events and worker logs do not show those
-    values either; the message body keeps the real ones for the task.
+    ``metrics_port`` turns beat's Prometheus ``/metrics`` on (``wiring.make_observer``; the
+    ``metrics`` extra). ``flower_url`` gives the console's task links; ``api_tokens`` the roles of
+    ``serve``. ``redact`` is applied by the read surfaces (``show``, ``DurableBeat.get``, the API
+    and the console) and to the ``argsrepr`` / ``kwargsrepr`` of every tick message (scheduled,
+    catch-up and manual), so Flower, task events and worker logs do not show those values
+    either; the message body keeps the real ones for the task.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -59,7 +59,9 @@ class Settings(BaseModel):
     history_keep: int = Field(100, ge=1)
     sync_config: bool = True
     metrics_port: int | None = Field(None, ge=0, le=65535)
-    """Reserved: the Prometheus port of SPEC §10; no metrics are served yet."""
+    """Beat serves Prometheus ``/metrics`` here (every interface), leader and standbys alike
+    (SPEC §10); unset: no metrics and prometheus-client is never imported. Needs the ``metrics``
+    extra: with the port set and the client missing, beat refuses to start."""
     flower_url: str | None = None
     """Flower's base URL: the console links each task id to ``{flower_url}/task/{id}``."""
     api_tokens: dict[str, Role] | None = Field(None, repr=False)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from celery_durable_beat.beat_loop import BASIC_BROKER_ERRORS, BeatLoop
+from celery_durable_beat.beat_loop import BASIC_BROKER_ERRORS, NO_OBSERVER, BeatLoop, RoundObserver
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.dispatch import Dispatcher
-from celery_durable_beat.exceptions import ConfigError, ConfigProblem
+from celery_durable_beat.exceptions import ConfigError, ConfigProblem, SettingProblem
 from celery_durable_beat.leadership import Leadership
 from celery_durable_beat.lease.base import HolderInfo, Lease
 from celery_durable_beat.message import TickMessage
@@ -126,6 +126,39 @@ def make_unknown_tasks(gate: Gate | None) -> UnknownTasks | None:
     return UnknownTaskWatch(gate.runs) if isinstance(gate, OverlapGate) else None
 
 
+def make_observer(settings: Settings, store: Store, clock: Clock) -> RoundObserver:
+    """Beat's metrics (SPEC §10) when ``durable_beat_metrics_port`` is set, on a registry of
+    their own; nothing otherwise, and prometheus-client is then never imported.
+
+    Raises ``ConfigError`` naming the setting and the install line when the port is set and
+    prometheus-client is missing: beat refuses to start rather than run unobserved.
+    """
+    if settings.metrics_port is None:
+        return NO_OBSERVER
+    try:
+        from celery_durable_beat.metrics import BeatMetrics, SpecRegistry
+    except ImportError as exc:
+        if not (exc.name or "").startswith("prometheus_client"):
+            raise
+        raise _missing_metrics_client(settings.metrics_port) from None
+    return BeatMetrics(SpecRegistry(), store=store, clock=clock, port=settings.metrics_port)
+
+
+def _missing_metrics_client(port: int) -> ConfigError:
+    """Spelt here, not in ``metrics.py``: that module cannot be imported without the client."""
+    setting = "durable_beat_metrics_port"
+    return ConfigError(
+        [
+            SettingProblem(
+                "settings",
+                setting,
+                f"{setting} = {port}: serving metrics needs prometheus-client: "
+                "pip install 'celery_durable_beat[metrics]'",
+            )
+        ]
+    )
+
+
 def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
     """The rounds of a beat process: ``beat_schedule`` validated (unless config sync is off), the
     store, the election, the dispatcher publishing through ``app``, and the failures that mean
@@ -142,6 +175,7 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
     store = make_store(settings)
     try:
         lease = make_lease(settings, store)
+        observer = make_observer(settings, store, clock)
     except ConfigError:
         store.close()
         raise
@@ -163,4 +197,5 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
         definitions=definitions,
         history_keep=settings.history_keep,
         broker_errors=(KombuOperationalError, *BASIC_BROKER_ERRORS),
+        observer=observer,
     )

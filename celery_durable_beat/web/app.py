@@ -42,7 +42,7 @@ def create_app(
 ) -> FastAPI:
     """The server for ``beat``'s app: tokens and Flower URL default to its settings.
 
-    ``metrics`` is an ASGI app mounted at ``/metrics`` (``prometheus_client.make_asgi_app``).
+    ``metrics`` is a prometheus-client registry served at ``/metrics`` (``server.status_metrics``).
     Raises ``auth.NoTokens`` when no token is configured: an API without one would be open.
     """
     settings = beat.settings
@@ -66,7 +66,7 @@ def create_app(
     app.include_router(console.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).with_name("static")), name="static")
     if metrics is not None:
-        app.mount("/metrics", metrics)
+        app.get("/metrics", include_in_schema=False)(_metrics_route(metrics))
     app.get("/healthz", include_in_schema=False)(_healthz)
     return app
 
@@ -82,6 +82,16 @@ async def _security_headers(
     for name, value in _HEADERS.items():
         response.headers.setdefault(name, value)
     return response
+
+
+def _metrics_route(registry: Any) -> Callable[[], Response]:
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    def metrics() -> Response:
+        """Prometheus text; no token (it carries no schedule names), like beat's own port."""
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return metrics
 
 
 def _healthz(request: Request) -> Response:

@@ -21,8 +21,18 @@ def log_config() -> dict[str, Any]:
     return config
 
 
-def serve(beat: DurableBeat, host: str, port: int, metrics: Any = None) -> None:
+def status_metrics(beat: DurableBeat) -> Any:
+    """``/metrics`` for ``serve``: schedules by state, due backlog and fencing epoch, read from
+    the store at scrape time (at most every 5 s); None without the ``metrics`` extra."""
+    try:
+        from celery_durable_beat.metrics import status_registry
+    except ImportError:
+        return None
+    return status_registry(beat.status)
+
+
+def serve(beat: DurableBeat, host: str, port: int) -> None:
     """Serve until interrupted; ``create_app`` refuses first when no token is configured."""
-    app = create_app(beat, metrics=metrics)
+    app = create_app(beat, metrics=status_metrics(beat))
     beat.store.now_ms()  # schema checked and store reached before the first request
     uvicorn.run(app, host=host, port=port, log_config=log_config(), proxy_headers=False)

@@ -215,6 +215,21 @@ def test_operator_pauses_resumes_and_runs_now(served: Served, browser: Any, tmp_
     context.close()
 
 
+def test_serve_answers_metrics_from_the_store(served: Served) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(served.url + "/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert set(families) >= {
+        "durable_beat_schedules",
+        "durable_beat_due_backlog",
+        "durable_beat_fencing_epoch",
+    }
+    by_state = {s.labels["state"]: s.value for s in families["durable_beat_schedules"].samples}
+    assert by_state["active"] == len(SCHEDULE) and by_state["paused"] == 0
+    assert all(set(s.labels) <= {"state"} for f in families.values() for s in f.samples)
+
+
 def test_serve_logs_no_token_and_refuses_to_start_without_one(
     served: Served, tmp_path: Path, pg_url: str
 ) -> None:

@@ -8,7 +8,8 @@ sees exactly what beat sent) and the worker tests (``install(app)``, tasks that 
 beat_schedule), ``BEAT_TIMEZONE`` (``app.conf.timezone``, default UTC), ``BEAT_LEASE_URL``,
 ``BEAT_LEASE_TTL``, ``BEAT_POLL``, ``GUARD`` (``0``: no ``install(app)``; by default the app
 calls it), ``GUARD_RUN_TTL``, ``VISIBILITY_TIMEOUT``,
-``QUARANTINE_AFTER``, ``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
+``QUARANTINE_AFTER``, ``METRICS_PORT`` (``durable_beat_metrics_port``),
+``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
 none), ``TASK_QUEUE`` (the default queue, for a test of its own on a shared RabbitMQ); and the
 evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE`` (one JSON line
 per message the worker's main process received), ``SIGNALS_FILE`` (one JSON line per
@@ -47,6 +48,8 @@ if os.environ.get("TASK_QUEUE"):  # a queue of the test's own on a shared Rabbit
     app.conf.task_default_queue = os.environ["TASK_QUEUE"]
 if os.environ.get("BEAT_LEASE_URL"):
     app.conf.durable_beat_lease_url = os.environ["BEAT_LEASE_URL"]
+if os.environ.get("METRICS_PORT"):
+    app.conf.durable_beat_metrics_port = int(os.environ["METRICS_PORT"])
 if os.environ.get("QUARANTINE_AFTER"):
     app.conf.durable_beat_quarantine_after = int(os.environ["QUARANTINE_AFTER"])
 if os.environ.get("RESULT_BACKEND"):

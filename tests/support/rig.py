@@ -37,6 +37,7 @@ SETTINGS = {
     "visibility_timeout": "VISIBILITY_TIMEOUT",
     "fault": "DURABLE_BEAT_FAULT",
     "quarantine_after": "QUARANTINE_AFTER",
+    "metrics_port": "METRICS_PORT",
     "result_backend": "RESULT_BACKEND",
     "queue": "TASK_QUEUE",
     "timezone": "BEAT_TIMEZONE",

@@ -26,7 +26,7 @@ LOG_METHODS = frozenset(
 )
 LOGGER_NAMES = frozenset({"log", "logger"})
 LOGGER_FACTORIES = frozenset({"getLogger", "get_task_logger", "get_logger"})
-ACTIONS_DOC = PACKAGE_ROOT.parent / "docs" / "high-availability.md"
+ACTIONS_DOC = PACKAGE_ROOT.parent / "docs" / "metrics.md"
 
 
 def _last_name(node: ast.expr) -> str | None:
