@@ -9,6 +9,7 @@ is not a permission). The schedules table is filtered and paged on the server, s
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -210,11 +211,18 @@ def _detail(
         flower=flower.rstrip("/") if flower else None,
         message=message,
         error=error,
+        run_key=secrets.token_hex(8),  # Run now's idempotency key: a double submit runs once
     )
 
 
 @router.post("/schedules/{name:path}/{action}")
-def act(request: Request, name: str, action: str, csrf: Annotated[str, Form()] = "") -> Response:
+def act(
+    request: Request,
+    name: str,
+    action: str,
+    csrf: Annotated[str, Form()] = "",
+    run: Annotated[str, Form()] = "",
+) -> Response:
     session = _session(request)
     if session is None:
         return _to_login()
@@ -227,7 +235,10 @@ def act(request: Request, name: str, action: str, csrf: Annotated[str, Form()] =
         return Response(f"this needs the {needed.value} role", status_code=403)
     beat: DurableBeat = request.app.state.beat
     try:
-        getattr(beat, action)(name)
+        if action == "trigger":
+            beat.trigger(name, idempotency_key=f"console-{run}" if run else None)
+        else:
+            getattr(beat, action)(name)
     except DurableBeatError as exc:
         return _detail(request, session, name, error=str(exc), status_code=409)
     return RedirectResponse(f"/schedules/{quote(name, safe='')}?done={action}", status_code=303)

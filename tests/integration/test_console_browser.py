@@ -208,6 +208,13 @@ def test_operator_pauses_resumes_and_runs_now(served: Served, browser: Any, tmp_
     assert link.get_attribute("href") == f"{FLOWER}/task/{quote(task_id or '', safe='')}"
     shoot(page, "console-schedule.png", tmp_path)
 
+    form = page.locator("form[action$='/trigger']")
+    again = {"csrf": form.locator("[name=csrf]").get_attribute("value") or "", "run": "dbl-1"}
+    path = served.url + "/schedules/" + quote(ODD, safe="") + "/trigger"
+    assert page.request.post(path, form=again).ok and page.request.post(path, form=again).ok
+    manual = [e for e in served.beat.history(ODD, limit=10).events if e.trigger == "manual"]
+    assert len(manual) == 2  # the click above, and the double submit once
+
     forged = page.request.post(
         served.url + "/schedules/" + quote(ODD, safe="") + "/pause", form={"csrf": "forged"}
     )
