@@ -25,7 +25,7 @@ from celery import beat
 from celery_durable_beat.beat_loop import BeatLoop
 from celery_durable_beat.clock import Clock, SystemClock
 from celery_durable_beat.dispatch import Dispatcher
-from celery_durable_beat.exceptions import ConfigError
+from celery_durable_beat.exceptions import ConfigError, SchemaOutdated
 from celery_durable_beat.lease.base import Lease
 from celery_durable_beat.model import Action
 from celery_durable_beat.settings import Settings
@@ -43,16 +43,19 @@ def _election(name: str, default: object) -> Any:
     return property(lambda self: getattr(self.loop.leadership, name) if self.loop else default)
 
 
-def _refuse(exc: ConfigError) -> NoReturn:
+def _refuse(exc: ConfigError | SchemaOutdated, logged: bool = False) -> NoReturn:
     """Say what is wrong in one log line per problem, then exit with ``EXIT_INVALID_CONFIG``.
 
-    Why ``SystemExit`` and not the ``ConfigError``: ``celery beat`` catches every ``Exception``
-    from its service and logs ``beat raised exception`` with the whole traceback after our
-    message, burying it. ``SystemExit`` passes through Celery untouched; the ``ConfigError``
-    stays reachable as its ``__cause__`` for callers that build a Scheduler themselves.
+    Why ``SystemExit`` and not the exception: ``celery beat`` catches every ``Exception`` from
+    its service and logs ``beat raised exception`` with the whole traceback after our message,
+    burying it. ``SystemExit`` passes through Celery untouched; the exception stays reachable as
+    its ``__cause__`` for callers that build a Scheduler themselves. ``logged``: a round said it
+    already (an outdated schema found after start).
     """
-    text = str(exc.problems[0]) if len(exc.problems) == 1 else str(exc)
-    log.critical("beat refuses to start: %s", text, extra={"action": Action.BEAT_REFUSED.value})
+    if not logged:
+        problems = exc.problems if isinstance(exc, ConfigError) else ()
+        text = str(problems[0]) if len(problems) == 1 else str(exc)
+        log.critical("beat refuses to start: %s", text, extra={"action": Action.BEAT_REFUSED.value})
     raise SystemExit(EXIT_INVALID_CONFIG) from exc
 
 
@@ -82,7 +85,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
                 raise self._refusal
             self.loop = loop = make_beat_loop(self.app, self.settings, self.clock)
             loop.prepare()  # the metrics port is bound here: one taken is a refusal too
-        except ConfigError as exc:
+        except (ConfigError, SchemaOutdated) as exc:
             self.close()
             _refuse(exc)
         self.store, self.lease, self.dispatcher = loop.store, loop.leadership.lease, loop.dispatcher
@@ -155,7 +158,11 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
 
     def _round(self) -> float:
         assert self.loop is not None
-        return self.loop.round()
+        try:
+            return self.loop.round()
+        except SchemaOutdated as exc:  # upgraded under a running beat: the round said why
+            self.close()
+            _refuse(exc, logged=True)
 
     _epoch = _election("epoch", 0)
     _was_leader = _election("was_leader", None)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
 
 from celery_durable_beat.model import Action
 from tests.support.rig import ProcessRig, rig_factory
@@ -63,3 +64,21 @@ def test_args_none_is_accepted_like_stock_celery(make_rig: Any) -> None:
     beat = rig.beat()
     rows = rig.wait_rows(1, 45)
     assert rows[0]["args"] == [], beat.tail()
+
+
+def test_an_outdated_schema_is_one_line_naming_migrate_and_a_clean_exit(
+    make_rig: Any, sqlite_url: str
+) -> None:
+    rig = make_rig(schedule=ENTRIES)  # creates the schema
+    engine = create_engine(sqlite_url)
+    with engine.begin() as conn:  # stamped back to before the first revision: an older release
+        conn.execute(text("DELETE FROM durable_beat_alembic_version"))
+    engine.dispose()
+    beat = rig.beat()
+    assert beat.wait_exit(60) == EXIT_INVALID_CONFIG, beat.tail()
+    out = beat.output()
+    said = [line for line in out.splitlines() if "beat refuses to start" in line]
+    assert len(said) == 1 and "durable-beat migrate" in said[0], beat.tail()
+    for noise in ("beat raised exception", "Traceback"):
+        assert noise not in out, beat.tail()
+    assert [row["action"] for row in beat.actions()] == [Action.BEAT_REFUSED.value]
