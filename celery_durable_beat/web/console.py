@@ -9,6 +9,7 @@ is not a permission). The schedules table is filtered and paged on the server, s
 
 from __future__ import annotations
 
+import hmac
 import secrets
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +29,8 @@ from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.settings import Role
 from celery_durable_beat.web.auth import COOKIE, Tokens, allows, csrf_ok, csrf_token
 
+LOGIN_COOKIE = "durable_beat_login"
+"""The sign-in form's CSRF value, for the form's own path only."""
 PAGE_SIZE = 100
 """Schedules per page of the table."""
 HISTORY_PAGE = 25
@@ -85,14 +88,32 @@ def _to_login() -> Response:
 
 @router.get("/login", response_class=HTMLResponse)
 def login_form(request: Request) -> Response:
-    return _page(request, "login.html", None, error=None)
+    return _login_page(request, error=None)
+
+
+def _login_page(request: Request, error: str | None, status_code: int = 200) -> Response:
+    """The sign-in form, with a fresh CSRF value in both the form and a cookie (double submit:
+    a page on another site can post the form but cannot read or set that cookie)."""
+    nonce = secrets.token_urlsafe(16)
+    answer = _page(
+        request, "login.html", None, status_code=status_code, error=error, login_csrf=nonce
+    )
+    answer.set_cookie(
+        LOGIN_COOKIE, nonce, httponly=True, samesite="strict", path="/login", max_age=3600
+    )
+    return answer
 
 
 @router.post("/login")
-def login(request: Request, token: Annotated[str, Form()] = "") -> Response:
+def login(
+    request: Request, token: Annotated[str, Form()] = "", csrf: Annotated[str, Form()] = ""
+) -> Response:
+    expected = request.cookies.get(LOGIN_COOKIE, "")
+    if not expected or not hmac.compare_digest(expected, csrf):
+        return _login_page(request, "The form expired: sign in again.", status_code=403)
     tokens: Tokens = request.app.state.tokens
     if tokens.role_of(token.strip()) is None:
-        return _page(request, "login.html", None, error="That token is not known.", status_code=401)
+        return _login_page(request, "That token is not known.", status_code=401)
     answer = RedirectResponse("/", status_code=303)
     answer.set_cookie(
         COOKIE,
@@ -102,6 +123,7 @@ def login(request: Request, token: Annotated[str, Form()] = "") -> Response:
         secure=request.url.scheme == "https",
         path="/",
     )
+    answer.delete_cookie(LOGIN_COOKIE, path="/login")
     return answer
 
 

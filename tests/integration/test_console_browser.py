@@ -157,6 +157,9 @@ def test_viewer_reads_and_cannot_act(served: Served, browser: Any, tmp_path: Pat
     page.click("button[type=submit]")
     assert "That token is not known." in page.inner_text("[role=alert]")
 
+    forged = page.request.post(served.url + "/login", form={"token": "viewer-secret-1"})
+    assert forged.status == 403  # no sign-in without the form's CSRF value
+
     sign_in(page, served.url, "viewer-secret-1")
     cookie = next(c for c in context.cookies() if c["name"] == "durable_beat_session")
     assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
