@@ -14,6 +14,8 @@ Every error the package raises on purpose derives from one root, so callers can 
     │   ├── SchemaOutdated          the schema needs ``celery -A proj durable-beat migrate``
     │   └── StaleEpoch              a write carried a fencing epoch older than the newest seen
     ├── LeaseError                  the leader lease backend failed
+    ├── ImportSourceError           ``import`` cannot read its source: it does not answer, or
+    │                               holds none of the peer's tables or keys (URL without password)
     └── InvalidArgument             (also ValueError) a caller passed a value out of range
 """
 
@@ -111,6 +113,11 @@ class StaleEpoch(StoreError):
 
 class LeaseError(DurableBeatError):
     """The leader lease backend failed (not: the lease is held by another beat)."""
+
+
+class ImportSourceError(DurableBeatError):
+    """The source of an ``import`` cannot be read as the peer named: it does not answer, or it
+    holds none of that peer's tables or keys. Raised before anything is written."""
 
 
 class InvalidArgument(DurableBeatError, ValueError):

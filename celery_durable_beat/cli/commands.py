@@ -27,12 +27,14 @@ from celery_durable_beat.control.views import NextTick
 from celery_durable_beat.exceptions import (
     ConfigError,
     DurableBeatError,
+    ImportSourceError,
     InvalidArgument,
     PublishFailed,
     ScheduleConflict,
     ScheduleNotFound,
     StoreError,
 )
+from celery_durable_beat.importers import KINDS, import_schedules
 
 EXIT_CODES = {
     "ok": 0,
@@ -42,6 +44,7 @@ EXIT_CODES = {
     "conflict": 4,
     "store unavailable": 5,
     "publish failed": 6,
+    "import source unusable": 7,
 }
 """Exit codes of every verb, by meaning (documented in docs/operations.md)."""
 
@@ -52,6 +55,7 @@ _BY_ERROR: tuple[tuple[type[Exception], int], ...] = (
     (ScheduleConflict, EXIT_CODES["conflict"]),
     (StoreError, EXIT_CODES["store unavailable"]),
     (PublishFailed, EXIT_CODES["publish failed"]),
+    (ImportSourceError, EXIT_CODES["import source unusable"]),
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -339,6 +343,24 @@ def migrate(ctx: click.Context, as_json: bool) -> None:
     beat = control(ctx)
     revision = beat.migrate()
     emit(as_json, lambda: {"revision": revision}, lambda: [f"schema at revision {revision}"])
+
+
+@durable_beat.command(name="import", cls=VerbCommand)
+@click.option(
+    "--from", "kind", required=True, type=click.Choice(KINDS), help="The scheduler to copy from."
+)
+@click.argument("source_url")
+@click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
+@json_option
+@click.pass_context
+def import_(ctx: click.Context, kind: str, source_url: str, dry_run: bool, as_json: bool) -> None:
+    """Copy the schedules another scheduler stores into the store, as API schedules.
+
+    One line per entry (created, updated, unchanged, refused: reason) and a total; the first
+    tick of each is planned from now, so nothing is replayed. Running it again changes nothing.
+    """
+    report = import_schedules(control(ctx), kind, source_url, dry_run=dry_run)
+    emit(as_json, report.to_json, report.text)
 
 
 @durable_beat.command(cls=VerbCommand)

@@ -55,7 +55,7 @@ from celery_durable_beat.exceptions import (
 )
 from celery_durable_beat.ids import format_tick_instant, manual_task_id, tick_task_id
 from celery_durable_beat.message import TickMessage, build_message
-from celery_durable_beat.model import Outcome, ScheduleState, Source, Trigger
+from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
 from celery_durable_beat.policy import due_ms
 from celery_durable_beat.schedules.occurrences import next_tick
 from celery_durable_beat.schedules.render import tick_isoformat
@@ -274,12 +274,15 @@ class DurableBeat:
         return self._reader
 
     # -- changing -----------------------------------------------------------------------------
-    def upsert(self, name: str, definition: Mapping[str, Any]) -> UpsertStatus:
+    def upsert(
+        self, name: str, definition: Mapping[str, Any], *, dry_run: bool = False
+    ) -> UpsertStatus:
         """Create or change an API schedule from a ``beat_schedule``-style entry.
 
         Unchanged definitions move nothing; a changed one gets version + 1 and is re-planned from
         now (SPEC §3). Raises ConfigError (the config validator's messages) or ScheduleConflict
-        when config declares that name.
+        when config declares that name. With ``dry_run`` nothing is written: the answer is what
+        the upsert would do (``import --dry-run`` asks this way).
         """
         defaults = app_defaults(self.app, self.settings)
         valid = validate_entry(name, translate_entry(name, definition), defaults)
@@ -290,6 +293,8 @@ class DurableBeat:
                 f'schedule "{existing.name}" comes from beat_schedule (source config); change it '
                 "in the config, or delete it here first to manage it through the API"
             )
+        if dry_run:
+            return _would_upsert(existing, valid)
         now = store.now_ms()
         result = store.upsert(valid, Source.API, first_tick_ms(valid, now), now)
         return UpsertStatus(result.status)
@@ -380,6 +385,18 @@ class DurableBeat:
 
 
 # -- helpers (pure) ---------------------------------------------------------------------------
+def _would_upsert(existing: ScheduleRecord | None, valid: Definition) -> UpsertStatus:
+    """What ``Store.upsert`` would answer, decided as it decides: by the stored definition's
+    hash (of the JSON round trip the store keeps), an archived row counting as a change."""
+    if existing is None:
+        return UpsertStatus("created")
+    stored = Definition.from_json(valid.name, valid.to_json())
+    same = existing.definition.definition_hash() == stored.definition_hash()
+    if same and existing.state is not ScheduleState.ARCHIVED:
+        return UpsertStatus("unchanged")
+    return UpsertStatus("updated")
+
+
 def _check_range(label: str, value: object, bounds: Sequence[int]) -> None:
     low, high = bounds
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

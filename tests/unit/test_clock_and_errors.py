@@ -16,6 +16,7 @@ from celery_durable_beat.exceptions import (
     ConfigError,
     ConfigProblem,
     DurableBeatError,
+    ImportSourceError,
     InvalidArgument,
     LeaseError,
     OccurrenceSearchError,
@@ -83,6 +84,7 @@ def test_ms_round_trip(value: int) -> None:
         (SchemaOutdated, (StoreError,)),
         (StaleEpoch, (StoreError,)),
         (LeaseError, (DurableBeatError,)),
+        (ImportSourceError, (DurableBeatError,)),
         (InvalidArgument, (DurableBeatError, ValueError)),
     ],
 )

@@ -1,0 +1,83 @@
+"""django-celery-beat: its tables, read by SQL from the Django database (Django not needed).
+
+``django_celery_beat_periodictask`` points at one of four schedule tables through nullable
+foreign keys (``interval_id``, ``crontab_id``, ``solar_id``, ``clocked_id``). Interval and
+crontab schedules are carried; solar and clocked ones are refused, as are the bounds the SPEC has
+no counterpart for yet (``one_off``, a future ``start_time``, an ``expires`` end). A crontab's
+``timezone`` column becomes the entry's ``tz``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from celery_durable_beat.importers.base import (
+    NO_BOUNDS_YET,
+    PeerEntry,
+    Unreadable,
+    crontab_schedule,
+    interval_seconds,
+    periodic_task_entry,
+)
+from celery_durable_beat.importers.sql import connect, find_tables
+
+KIND = "django-celery-beat"
+PREFIX = "django_celery_beat_"
+TASKS = PREFIX + "periodictask"
+INTERVALS = PREFIX + "intervalschedule"
+CRONTABS = PREFIX + "crontabschedule"
+TABLES = (TASKS, INTERVALS, CRONTABS)
+
+
+def read_entries(url: str, now: datetime) -> list[PeerEntry]:
+    """Every periodic task, in name order, as an entry or a refusal."""
+    with connect(url, KIND) as conn:
+        tables = find_tables(conn, KIND, url, TASKS, TABLES)
+        intervals = tables.by_id(conn, INTERVALS)
+        crontabs = tables.by_id(conn, CRONTABS)
+        tasks = sorted(tables.rows(conn, TASKS), key=lambda row: str(row["name"]))
+    return [_entry(task, intervals, crontabs, now) for task in tasks]
+
+
+def _entry(
+    task: Mapping[str, Any],
+    intervals: Mapping[Any, Mapping[str, Any]],
+    crontabs: Mapping[Any, Mapping[str, Any]],
+    now: datetime,
+) -> PeerEntry:
+    name = str(task["name"])
+    try:
+        schedule, tz = _schedule(task, intervals, crontabs)
+        return periodic_task_entry(task, schedule, tz, now)
+    except Unreadable as exc:
+        return PeerEntry.refuse(name, f"unreadable: {exc}")
+
+
+def _schedule(
+    task: Mapping[str, Any],
+    intervals: Mapping[Any, Mapping[str, Any]],
+    crontabs: Mapping[Any, Mapping[str, Any]],
+) -> tuple[Any, str | None]:
+    name = str(task["name"])
+    if task.get("interval_id") is not None:
+        row = _row(intervals, task["interval_id"], "interval")
+        return interval_seconds(row["every"], row["period"]), None
+    if task.get("crontab_id") is not None:
+        row = _row(crontabs, task["crontab_id"], "crontab")
+        return crontab_schedule(row), (str(row["timezone"]) if row.get("timezone") else None)
+    if task.get("solar_id") is not None:
+        reason = "solar schedules have no counterpart (use a cron expression with a tz)"
+        return PeerEntry.refuse(name, reason), None
+    if task.get("clocked_id") is not None:
+        reason = f"clocked (one-off at an instant) has no counterpart yet ({NO_BOUNDS_YET})"
+        return PeerEntry.refuse(name, reason), None
+    raise Unreadable("no schedule: interval, crontab, solar and clocked are all empty")
+
+
+def _row(rows: Mapping[Any, Mapping[str, Any]], key: Any, kind: str) -> Mapping[str, Any]:
+    try:
+        return rows[key]
+    except KeyError:
+        raise Unreadable(f"its {kind} schedule (id {key}) is missing") from None

@@ -1,0 +1,195 @@
+"""``import --from django-celery-beat``: tables migrated and filled by Django itself (SPEC §12).
+
+The source is written by django-celery-beat's own migrations and ORM in a child process, on a
+SQLite file and on a fresh PostgreSQL database; the import reads it by SQL only. The CLI story
+runs the real ``celery -A proj durable-beat import`` in a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from celery_durable_beat import DurableBeat
+from celery_durable_beat.exceptions import ImportSourceError
+from celery_durable_beat.importers import import_schedules
+from tests.support.peers import celery_next_runs, store_rows, write_django
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+KIND = "django-celery-beat"
+AFTER = datetime(2026, 6, 1, 12, 7, tzinfo=timezone.utc)  # far from any DST change
+BOUND = "(start_at/end_at come later)"
+EXPECTED = {
+    "at-sunrise": "refused: solar schedules have no counterpart (use a cron expression with a tz)",
+    "bad-args": "refused: unreadable: args is not JSON",
+    "clocked-once": f"refused: clocked (one-off at an instant) has no counterpart yet {BOUND}",
+    "disabled-hourly": "created",
+    "ended": "refused: expired at 2024-01-01T00:00:00+00:00 (expires): nothing left to run",
+    "ends-later": "refused: expires 2099-01-01T00:00:00+00:00 (an end) has no counterpart yet",
+    "every-90s": "created",
+    "expired-one-off": f"refused: one_off has no counterpart yet {BOUND}",
+    "first-monday-berlin": "created",
+    "quarter-hour-ny": "created",
+    "started-long-ago": "created",
+    "starts-later": "refused: start_time 2099-01-01T00:00:00+00:00 has no counterpart yet",
+}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def django_source(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database holding django-celery-beat's tables and the story's tasks."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/django.sqlite3"
+    else:
+        url = str(request.getfixturevalue("pg_url"))
+    assert write_django(url) == len(EXPECTED)
+    return url
+
+
+@pytest.fixture
+def beat(sqlite_url: str) -> Iterator[DurableBeat]:
+    app = Celery("proj", broker="memory://", set_as_current=False)
+    app.conf.update(durable_beat_url=sqlite_url, timezone="UTC")
+    with DurableBeat(app) as control:
+        yield control
+
+
+def _lines(report_lines: list[str]) -> dict[str, str]:
+    return dict(line.split(": ", 1) for line in report_lines[:-1])
+
+
+def test_every_field_is_mapped_and_every_refusal_says_why(
+    django_source: str, beat: DurableBeat, sqlite_url: str
+) -> None:
+    report = import_schedules(beat, KIND, django_source)
+    lines = _lines(report.text())
+    assert set(lines) == set(EXPECTED)
+    for name, expected in EXPECTED.items():
+        assert lines[name].startswith(expected), (name, lines[name])
+    assert report.totals() == {"created": 5, "updated": 0, "unchanged": 0, "refused": 7}
+
+    every = beat.store.get("every-90s")
+    assert every is not None
+    definition = every.definition
+    assert (every.source.value, every.version, every.state.value) == ("api", 1, "active")
+    assert definition.task == "proj.report"
+    assert beat.get("every-90s").schedule == "@every 90s"
+    assert list(definition.args) == [1, "two"]
+    assert dict(definition.kwargs) == {"depth": {"max": 3}}
+    assert dict(definition.options) == {
+        "queue": "reports",
+        "exchange": "reports-ex",
+        "routing_key": "reports.rk",
+        "priority": 7,
+        "expires": 300,
+        "headers": {"tenant": "acme"},
+    }
+    assert definition.description == "Every ninety seconds"
+    assert beat.get("disabled-hourly").state == "paused"
+    assert beat.get("started-long-ago").state == "active"
+
+    # nothing replayed: every first tick is after the import
+    now_ms = beat.store.now_ms()
+    assert all(v.next_tick_ms is None or v.next_tick_ms > now_ms for v in beat.list())
+
+    # crontabs keep their zone and Celery's meaning (day of month AND day of week)
+    quarter = beat.get("quarter-hour-ny")
+    assert (quarter.tz, quarter.schedule) == ("America/New_York", "*/15 9-17 * * *")
+    ours = [t.tick_ms for t in beat.next_ticks("quarter-hour-ny", 5, after=AFTER)]
+    fields = {"minute": "*/15", "hour": "9-17"}
+    assert ours == celery_next_runs(fields, "America/New_York", AFTER, 5)
+    monday = {"minute": "0", "hour": "8", "day_of_month": "1-7", "day_of_week": "1"}
+    ours = [t.tick_ms for t in beat.next_ticks("first-monday-berlin", 3, after=AFTER)]
+    assert ours == celery_next_runs(monday, "Europe/Berlin", AFTER, 3)
+    assert [t.tick[:10] for t in beat.next_ticks("first-monday-berlin", 3, after=AFTER)] == [
+        "2026-07-06",
+        "2026-08-03",
+        "2026-09-07",
+    ]
+
+    # a second run changes nothing: every carried entry unchanged, the rows untouched
+    before = store_rows(sqlite_url)
+    again = import_schedules(beat, KIND, django_source)
+    assert again.totals() == {"created": 0, "updated": 0, "unchanged": 5, "refused": 7}
+    assert store_rows(sqlite_url) == before
+
+
+def test_dry_run_writes_nothing(django_source: str, beat: DurableBeat, sqlite_url: str) -> None:
+    report = import_schedules(beat, KIND, django_source, dry_run=True)
+    assert report.totals()["created"] == 5
+    assert report.text()[-1].startswith("dry run, nothing written: 12 entries")
+    assert beat.list() == []
+    import_schedules(beat, KIND, django_source)
+    before = store_rows(sqlite_url)
+    assert import_schedules(beat, KIND, django_source, dry_run=True).totals()["unchanged"] == 5
+    assert store_rows(sqlite_url) == before
+
+
+def test_unreachable_or_empty_source_is_one_error_and_writes_nothing(
+    beat: DurableBeat, tmp_path: Path
+) -> None:
+    with pytest.raises(ImportSourceError, match="does not answer"):
+        import_schedules(beat, KIND, "postgresql+psycopg://nobody:s3cret@127.0.0.1:1/none")
+    empty = tmp_path / "empty.sqlite3"
+    with pytest.raises(ImportSourceError, match="holds no django-celery-beat tables"):
+        import_schedules(beat, KIND, f"sqlite:///{empty}")
+    assert beat.list() == []
+
+
+APP = """\
+from celery import Celery
+
+app = Celery("proj", broker="memory://", set_as_current=False)
+app.conf.update(durable_beat_url={url!r}, timezone="UTC")
+"""
+
+
+def test_the_cli_imports_and_fails_in_one_line(tmp_path: Path, sqlite_url: str) -> None:
+    source = f"sqlite:///{tmp_path}/django.sqlite3"
+    write_django(source)
+    (tmp_path / "proj.py").write_text(APP.format(url=sqlite_url))
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    env.pop("DURABLE_BEAT_URL", None)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "celery", "-A", "proj", "durable-beat", "import", *args]
+        return subprocess.run(
+            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
+        )
+
+    dry = cli("--from", KIND, source, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert json.loads(dry.stdout)["totals"] == {
+        "created": 5,
+        "updated": 0,
+        "unchanged": 0,
+        "refused": 7,
+    }
+    first = cli("--from", KIND, source)
+    assert first.returncode == 0, first.stderr
+    assert "every-90s: created" in first.stdout.splitlines()
+    assert first.stdout.splitlines()[-1].endswith("5 created, 0 updated, 0 unchanged, 7 refused")
+    second = cli("--from", KIND, source, "--json")
+    entries = {e["name"]: e for e in json.loads(second.stdout)["entries"]}
+    assert {e["status"] for e in entries.values()} == {"unchanged", "refused"}
+    assert entries["at-sunrise"]["reason"].startswith("solar schedules have no counterpart")
+
+    down = cli("--from", KIND, "postgresql+psycopg://nobody:s3cret@127.0.0.1:1/none")
+    assert down.returncode == 7
+    assert down.stdout == ""
+    assert len(down.stderr.strip().splitlines()) == 1
+    assert "does not answer" in down.stderr and "s3cret" not in down.stderr
+    empty = cli("--from", KIND, f"sqlite:///{tmp_path}/empty.sqlite3")
+    assert empty.returncode == 7
+    assert "holds no django-celery-beat tables" in empty.stderr
+    unknown = cli("--from", "cron", source)
+    assert unknown.returncode == 2

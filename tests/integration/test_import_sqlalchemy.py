@@ -1,0 +1,95 @@
+"""``import --from sqlalchemy-celery-beat``: tables created and filled by its own models.
+
+On SQLite (no schema) and on PostgreSQL with ``beat_schema`` set, so the reader has to find
+the tables outside the default schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from celery_durable_beat import DurableBeat
+from celery_durable_beat.importers import import_schedules
+from tests.support.peers import celery_next_runs, store_rows, write_sqlalchemy
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+KIND = "sqlalchemy-celery-beat"
+AFTER = datetime(2026, 6, 1, 12, 7, tzinfo=timezone.utc)
+EXPECTED = {
+    "at-sunrise": "refused: solar schedules have no counterpart",
+    "clocked-once": "refused: clocked (one-off at an instant) has no counterpart yet",
+    "disabled-hourly": "created",
+    "every-90s": "created",
+    "expired-one-off": "refused: one_off has no counterpart yet (start_at/end_at come later)",
+    "first-monday-berlin": "created",
+    "quarter-hour-ktm": "created",
+}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def source(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path}/schedule.db"
+        assert write_sqlalchemy(url) == len(EXPECTED)
+    else:
+        url = str(request.getfixturevalue("pg_url"))
+        assert write_sqlalchemy(url, schema="beat_tables") == len(EXPECTED)
+    return url
+
+
+@pytest.fixture
+def beat(sqlite_url: str) -> Iterator[DurableBeat]:
+    app = Celery("proj", broker="memory://", set_as_current=False)
+    app.conf.update(durable_beat_url=sqlite_url, timezone="UTC")
+    with DurableBeat(app) as control:
+        yield control
+
+
+def test_import_maps_refuses_and_is_idempotent(
+    source: str, beat: DurableBeat, sqlite_url: str
+) -> None:
+    dry = import_schedules(beat, KIND, source, dry_run=True)
+    assert dry.totals()["created"] == 4
+    assert beat.list() == []
+
+    report = import_schedules(beat, KIND, source)
+    lines = dict(line.split(": ", 1) for line in report.text()[:-1])
+    assert set(lines) == set(EXPECTED)
+    for name, expected in EXPECTED.items():
+        assert lines[name].startswith(expected), (name, lines[name])
+
+    every = beat.store.get("every-90s")
+    assert every is not None
+    assert every.definition.task == "proj.report"
+    assert beat.get("every-90s").schedule == "@every 90s"
+    assert list(every.definition.args) == [1, "two"]
+    assert dict(every.definition.kwargs) == {"depth": {"max": 3}}
+    assert dict(every.definition.options) == {
+        "queue": "reports",
+        "exchange": "reports-ex",
+        "routing_key": "reports.rk",
+        "priority": 7,
+        "expires": 300,
+        "headers": {"tenant": "acme"},
+    }
+    assert every.definition.description == "Every ninety seconds"
+    assert beat.get("disabled-hourly").state == "paused"
+
+    ktm = beat.get("quarter-hour-ktm")
+    assert (ktm.tz, ktm.schedule) == ("Asia/Kathmandu", "*/15 9-17 * * *")
+    ours = [t.tick_ms for t in beat.next_ticks("quarter-hour-ktm", 6, after=AFTER)]
+    assert ours == celery_next_runs({"minute": "*/15", "hour": "9-17"}, "Asia/Kathmandu", AFTER, 6)
+    monday = {"minute": "0", "hour": "8", "day_of_month": "1-7", "day_of_week": "1"}
+    ours = [t.tick_ms for t in beat.next_ticks("first-monday-berlin", 3, after=AFTER)]
+    assert ours == celery_next_runs(monday, "Europe/Berlin", AFTER, 3)
+
+    before = store_rows(sqlite_url)
+    again = import_schedules(beat, KIND, source)
+    assert again.totals() == {"created": 0, "updated": 0, "unchanged": 4, "refused": 3}
+    assert store_rows(sqlite_url) == before
