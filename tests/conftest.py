@@ -4,6 +4,11 @@ URLs come from the environment (``.ci/run`` exports them after making sure the s
 ``DURABLE_BEAT_TEST_PG`` (an admin URL whose user may create databases),
 ``DURABLE_BEAT_TEST_REDIS`` and ``DURABLE_BEAT_TEST_AMQP``. Integration tests never skip
 silently when a server is missing: they fail, naming the URL they could not reach.
+
+Tests marked ``docker`` (tests/docker, pytest-celery containers) need a Docker engine: without
+one they are deselected, not skipped, and the run says so in one line. Celery's own pytest
+fixtures (``celery.contrib.pytest``: an in-process ``celery_app`` / ``celery_worker``) are loaded
+for every test; pytest-celery's plugin is not (see pyproject.toml).
 """
 
 from __future__ import annotations
@@ -14,6 +19,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+pytest_plugins = ("celery.contrib.pytest",)
+
+DOCKER_DESELECTED = pytest.StashKey[str]()
 
 PG_ADMIN_URL = os.environ.get(
     "DURABLE_BEAT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -136,3 +145,25 @@ def pg_store(request: pytest.FixtureRequest, leader_epoch: int) -> Iterator[Any]
 def memory_store(request: pytest.FixtureRequest, leader_epoch: int) -> Iterator[Any]:
     """The in-memory store (``celery_durable_beat.testing.MemoryStore``), host clock."""
     yield from _open("memory", request, leader_epoch)
+
+
+# -- the docker suite: deselected, with its reason, when no engine answers ----------------------
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    docker_items = [item for item in items if item.get_closest_marker("docker")]
+    if not docker_items:
+        return
+    from tests.support.docker_engine import engine_problem
+
+    problem = engine_problem()
+    if problem is None:
+        return
+    items[:] = [item for item in items if not item.get_closest_marker("docker")]
+    config.hook.pytest_deselected(items=docker_items)
+    config.stash[DOCKER_DESELECTED] = (
+        f"docker: {len(docker_items)} tests deselected: {problem}; "
+        "where one answers: scripts/check -m docker"
+    )
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> str | list[str]:
+    return config.stash.get(DOCKER_DESELECTED, [])

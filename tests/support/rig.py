@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, closing, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -106,14 +106,21 @@ class ProcessRig:
 
     # -- processes ------------------------------------------------------------------------------
     def worker(
-        self, pool: str = "solo", concurrency: int = 1, *, ready: bool = True, **settings: object
+        self,
+        pool: str = "solo",
+        concurrency: int = 1,
+        *,
+        ready: bool = True,
+        flags: Sequence[str] = (),
+        **settings: object,
     ) -> CeleryProcess:
         """A worker; ``ready=False`` returns at once (the broker keeps the ticks until it
-        consumes), so beats can start while it boots."""
+        consumes), so beats can start while it boots. ``flags`` go to ``celery worker`` too
+        (``["-E"]``: send task events)."""
         # A node name of its own: RabbitMQ's pidbox queue is exclusive per name, so a worker of
         # another test (or one left over from an aborted run) never blocks this one's start.
         node = f"w{len(self.procs)}-{uuid.uuid4().hex[:8]}@%h"
-        args = ["worker", "-P", pool, "-c", str(concurrency), "-n", node, *WORKER_FLAGS]
+        args = ["worker", "-P", pool, "-c", str(concurrency), "-n", node, *WORKER_FLAGS, *flags]
         proc = self._start(args, "worker", settings)
         if ready:
             proc.wait_for("ready.", 30)
@@ -124,8 +131,21 @@ class ProcessRig:
         self.beats.append(proc)
         return proc
 
-    def _start(self, args: list[str], name: str, settings: Mapping[str, object]) -> CeleryProcess:
-        env = {**self.env, **app_env(settings)}
+    def celery(
+        self, args: list[str], name: str, env: Mapping[str, str] | None = None, **settings: object
+    ) -> CeleryProcess:
+        """Any other ``celery -A <test app>`` process (``flower``, ``events``, ...) on the rig's
+        settings, with ``env`` added to its environment; closed with the rig."""
+        return self._start(args, name, settings, env)
+
+    def _start(
+        self,
+        args: list[str],
+        name: str,
+        settings: Mapping[str, object],
+        extra_env: Mapping[str, str] | None = None,
+    ) -> CeleryProcess:
+        env = {**self.env, **app_env(settings), **(extra_env or {})}
         proc = CeleryProcess(self.workdir, APP_MODULE, args, env, f"{name}-{len(self.procs)}")
         self.procs.append(proc)
         return proc
