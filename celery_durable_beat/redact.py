@@ -30,6 +30,52 @@ def redact(value: Any, needles: Iterable[str]) -> Any:
     return _walk(value, lowered)
 
 
+CELERY_OPTIONS = frozenset(
+    {
+        "queue",
+        "exchange",
+        "exchange_type",
+        "routing_key",
+        "priority",
+        "expires",
+        "countdown",
+        "eta",
+        "serializer",
+        "compression",
+        "delivery_mode",
+        "time_limit",
+        "soft_time_limit",
+        "ignore_result",
+        "retry",
+        "retry_policy",
+        "shadow",
+        "headers",
+        "reply_to",
+        "link",
+        "link_error",
+        "argsrepr",
+        "kwargsrepr",
+        "immediate",
+        "mandatory",
+    }
+)
+"""Celery's own ``apply_async`` option names: an entry's ``options`` shows these as they are
+(``routing_key`` is a routing key, not a key to hide), with their values still walked, so a
+secret inside ``headers`` stays hidden."""
+
+
+def redact_options(options: Mapping[str, Any], needles: Iterable[str]) -> dict[str, Any]:
+    """``redact`` for an entry's message ``options``: Celery's option names are never hidden
+    themselves (the default needle ``key`` would hide every ``routing_key``)."""
+    lowered = tuple(n.lower() for n in needles if n)
+    return {
+        name: _walk(value, lowered)
+        if name in CELERY_OPTIONS or not _hidden(name, lowered)
+        else MASK
+        for name, value in options.items()
+    }
+
+
 def _walk(value: Any, needles: tuple[str, ...]) -> Any:
     if isinstance(value, Mapping):
         return {

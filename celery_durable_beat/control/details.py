@@ -20,7 +20,7 @@ from celery_durable_beat.control.views import LIST_FIELDS, Overdue, ScheduleDeta
 from celery_durable_beat.exceptions import OccurrenceSearchError
 from celery_durable_beat.model import ScheduleState
 from celery_durable_beat.policy import Plan, plan_schedule
-from celery_durable_beat.redact import redact
+from celery_durable_beat.redact import redact, redact_options
 from celery_durable_beat.schedules.describe import describe
 from celery_durable_beat.schedules.occurrences import next_tick
 from celery_durable_beat.schedules.render import tick_isoformat
@@ -97,6 +97,6 @@ def schedule_detail(
         next=tuple(tick_isoformat(t, d.tz) for t in upcoming(record, now_ms, count, after_ms)),
         args=tuple(redact(list(d.args), redact_keys)),
         kwargs=redact(dict(d.kwargs), redact_keys),
-        options=redact(dict(d.options), redact_keys),
+        options=redact_options(d.options, redact_keys),
         definition=d,
     )

@@ -153,6 +153,31 @@ def test_args_kwargs_and_options_are_redacted_at_any_depth(clock: Clock) -> None
     assert custom.get("sync").args == ({"db_password": "hunter2", "host": MASK},)
 
 
+def test_celery_option_names_are_not_hidden_but_their_secrets_are(clock: Clock) -> None:
+    """The default needle ``key`` would hide every ``routing_key``: Celery's option names stay
+    readable, their values are still walked, and an unknown option named like a secret hides."""
+    entry = {
+        "task": "proj.sync",
+        "schedule": "@every 1h",
+        "options": {
+            "routing_key": "reports.eu",
+            "exchange": "reports",
+            "priority": 5,
+            "headers": {"api_key": "k-1", "trace": "on"},
+            "partner_token": "t-1",
+        },
+    }
+    beat, _ = make_beat(clock)
+    beat.upsert("sync", entry)
+    assert beat.get("sync").to_json()["options"] == {
+        "routing_key": "reports.eu",
+        "exchange": "reports",
+        "priority": 5,
+        "headers": {"api_key": MASK, "trace": "on"},
+        "partner_token": MASK,
+    }
+
+
 def test_status_says_plainly_that_no_beat_holds_the_lease(clock: Clock) -> None:
     beat, store = make_beat(clock)
     assert NO_LEADER in status_lines(beat.status())[0]  # no beat has ever led
