@@ -174,13 +174,19 @@ class BeatMetrics:
         return None if self._server is None else int(self._server.server_port)
 
     def standing(self, leader: bool, epoch: int) -> None:
-        """Leader or standby and the epoch; the store's counts when they are due a refresh."""
-        self.leader.set(1 if leader else 0)
-        self.epoch.set(epoch)
+        """Leader or standby and the epoch; the store's counts when they are due a refresh.
+
+        The counts are read first: a scrape that sees this standing sees the counts read with
+        it (a standby's first scrape never shows its epoch beside zero schedules).
+        """
         now = self.clock.monotonic()
-        if self._next_store_read is None or now >= self._next_store_read:
-            self._next_store_read = now + self.store_every  # a failed read waits its turn too
-            self._read_store()
+        try:
+            if self._next_store_read is None or now >= self._next_store_read:
+                self._next_store_read = now + self.store_every  # a failed read waits its turn
+                self._read_store()
+        finally:
+            self.leader.set(1 if leader else 0)
+            self.epoch.set(epoch)
 
     def round_done(self, stats: RoundStats | None, seconds: float) -> None:
         """Time the round; count its records (one per tick, or per range of dropped ticks)."""

@@ -116,9 +116,10 @@ def test_leader_and_standby_serve_the_specs_metrics(make_rig: Any) -> None:
     standby.wait_action(Action.STANDBY.value, 60)
     seen = wait_scrape(
         standby_port,
-        lambda s: s.value("durable_beat_fencing_epoch") == epoch,
+        lambda s: s.value("durable_beat_fencing_epoch") == epoch
+        and s.value("durable_beat_schedules", state="active") == 1,
         30,
-        "the standby's scrape",
+        "the standby's scrape, with the store's counts",
     )
     assert seen.ours() == {**EXPECTED_LABELS, "durable_beat_ticks": set()}  # no ticks as standby
     assert seen.value("durable_beat_leader") == 0

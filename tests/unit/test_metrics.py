@@ -333,3 +333,38 @@ def test_status_registry_is_new_each_time_and_a_failed_read_fails_the_scrape() -
     assert status_registry(lambda: Status(1)) is not status_registry(lambda: Status(1))
     with pytest.raises(ConnectionError):
         list(status_registry(down).collect())
+
+
+def test_a_standing_is_published_after_the_counts_read_with_it() -> None:
+    """A scrape that sees a standby's epoch sees the store's counts too (the counts are read
+    first), and a failed read still publishes the standing."""
+    registry = CollectorRegistry()
+    seen_epoch: list[float | None] = []
+
+    class Store:
+        fail = False
+
+        def counts_by_state(self) -> dict[str, int]:
+            seen_epoch.append(registry.get_sample_value("durable_beat_fencing_epoch"))
+            if self.fail:
+                raise OSError("store down")
+            return {"active": 3}
+
+        def due_backlog(self, now_ms: int) -> int:
+            return 0
+
+        def now_ms(self) -> int:
+            return T0
+
+    store, clock = Store(), ManualClock()
+    metrics = BeatMetrics(registry, store=store, clock=clock, store_every=10)
+    metrics.standing(False, 7)
+    assert seen_epoch == [0.0]  # read while the epoch was not yet published
+    assert registry.get_sample_value("durable_beat_fencing_epoch") == 7
+    assert registry.get_sample_value("durable_beat_schedules", {"state": "active"}) == 3
+    store.fail = True
+    clock.advance(10)
+    with pytest.raises(OSError, match="store down"):
+        metrics.standing(True, 8)  # the loop logs it (metrics_failed) and goes on
+    assert registry.get_sample_value("durable_beat_leader") == 1
+    assert registry.get_sample_value("durable_beat_fencing_epoch") == 8
