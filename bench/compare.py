@@ -10,7 +10,8 @@ server-side bulk insert (``bench_scale.seed``) into a throwaway PostgreSQL datab
    its lock held (lock extend + schedule read); ours ``Scheduler.tick()`` forced past its
    monotonic wake-up time, so every call is a real round (lease renew + store probe);
 2. RSS of that process after startup and the idle rounds;
-3. startup with the schedules already stored: construct the scheduler, complete the first tick;
+3. startup with the schedules already stored: import the scheduler's module, construct it and
+   complete its first tick (Celery and the app are loaded before the clock starts);
 4. a burst: N schedules due at once, ``tick()`` called as beat's loop does until it says nothing
    more is due; only messages found in the Redis queue (LLEN) count, and for ours only those
    also audited and advanced;
@@ -306,7 +307,7 @@ def fmt(value: float | None, unit: str) -> str:
     if unit == "s":
         return f"{value:.2f}" if value < 10 else f"{value:.1f}"
     if unit == "x":
-        return f"{value:.2f}"
+        return f"{value:.2f}" if value >= 0.01 else f"{value:.1g}"
     return f"{value:,.0f}"
 
 
