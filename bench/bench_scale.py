@@ -47,7 +47,7 @@ SEED_SQL = text("""
         (name, name_key, definition, definition_hash, version, source, state, next_tick_ms,
          next_due_ms, last_tick_ms, last_outcome, failures, epoch, created_at_ms, updated_at_ms)
     SELECT 'sched-' || lpad(g::text, 8, '0'), 'sched-' || lpad(g::text, 8, '0'),
-           CAST(:definition AS json), :hash, 1, 'config', 'active', :due, :due,
+           CAST(:definition AS json), :hash, 1, 'api', 'active', :due, :due,
            NULL, NULL, 0, 1, :now, :now
     FROM generate_series(CAST(:first AS bigint), CAST(:last AS bigint)) AS g
 """)
