@@ -21,23 +21,18 @@ from celery_durable_beat.importers.base import (
     interval_seconds,
     periodic_task_entry,
 )
-from celery_durable_beat.importers.sql import connect, find_tables
+from celery_durable_beat.importers.sql import read_task_tables
 
 KIND = "django-celery-beat"
 PREFIX = "django_celery_beat_"
 TASKS = PREFIX + "periodictask"
 INTERVALS = PREFIX + "intervalschedule"
 CRONTABS = PREFIX + "crontabschedule"
-TABLES = (TASKS, INTERVALS, CRONTABS)
 
 
 def read_entries(url: str, now: datetime) -> list[PeerEntry]:
     """Every periodic task, in name order, as an entry or a refusal."""
-    with connect(url, KIND) as conn:
-        tables = find_tables(conn, KIND, url, TASKS, TABLES)
-        intervals = tables.by_id(conn, INTERVALS)
-        crontabs = tables.by_id(conn, CRONTABS)
-        tasks = sorted(tables.rows(conn, TASKS), key=lambda row: str(row["name"]))
+    tasks, intervals, crontabs = read_task_tables(url, KIND, TASKS, INTERVALS, CRONTABS)
     return [_entry(task, intervals, crontabs, now) for task in tasks]
 
 

@@ -96,3 +96,19 @@ def _schema_of(inspector: Any, table: str) -> tuple[bool, str | None]:
         if schema != default and inspector.has_table(table, schema=schema):
             return True, str(schema)
     return False, None
+
+
+Rows = dict[Any, dict[str, Any]]
+
+
+def read_task_tables(
+    url: str, kind: str, tasks: str, intervals: str, crontabs: str
+) -> tuple[list[dict[str, Any]], Rows, Rows]:
+    """The two Django-shaped peers' one read: periodic tasks in name order, and their interval
+    and crontab rows by id."""
+    with connect(url, kind) as conn:
+        tables = find_tables(conn, kind, url, tasks, (tasks, intervals, crontabs))
+        by_interval = tables.by_id(conn, intervals)
+        by_crontab = tables.by_id(conn, crontabs)
+        found = sorted(tables.rows(conn, tasks), key=lambda row: str(row["name"]))
+    return found, by_interval, by_crontab

@@ -21,13 +21,12 @@ from celery_durable_beat.importers.base import (
     interval_seconds,
     periodic_task_entry,
 )
-from celery_durable_beat.importers.sql import connect, find_tables
+from celery_durable_beat.importers.sql import read_task_tables
 
 KIND = "sqlalchemy-celery-beat"
 TASKS = "celery_periodictask"
 INTERVALS = "celery_intervalschedule"
 CRONTABS = "celery_crontabschedule"
-TABLES = (TASKS, INTERVALS, CRONTABS)
 REFUSED = {
     "solarschedule": "solar schedules have no counterpart (use a cron expression with a tz)",
     "clockedschedule": f"clocked (one-off at an instant) has no counterpart yet ({NO_BOUNDS_YET})",
@@ -36,11 +35,7 @@ REFUSED = {
 
 def read_entries(url: str, now: datetime) -> list[PeerEntry]:
     """Every periodic task, in name order, as an entry or a refusal."""
-    with connect(url, KIND) as conn:
-        tables = find_tables(conn, KIND, url, TASKS, TABLES)
-        intervals = tables.by_id(conn, INTERVALS)
-        crontabs = tables.by_id(conn, CRONTABS)
-        tasks = sorted(tables.rows(conn, TASKS), key=lambda row: str(row["name"]))
+    tasks, intervals, crontabs = read_task_tables(url, KIND, TASKS, INTERVALS, CRONTABS)
     return [
         _entry(task, {"intervalschedule": intervals, "crontabschedule": crontabs}, now)
         for task in tasks

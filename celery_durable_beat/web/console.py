@@ -144,14 +144,12 @@ def schedules(request: Request, q: str = "", state: str = "", page: int = 1) -> 
         return _to_login()
     beat: DurableBeat = request.app.state.beat
     wanted = state if state in STATES else None
-    first = beat.page(q.strip(), wanted, offset=0, limit=PAGE_SIZE)
-    pages = max(1, -(-first.matched // PAGE_SIZE))
-    page = min(max(page, 1), pages)
-    found = (
-        first
-        if page == 1
-        else beat.page(q.strip(), wanted, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
-    )
+    page = max(page, 1)
+    found = beat.page(q.strip(), wanted, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
+    pages = max(1, -(-found.matched // PAGE_SIZE))
+    if page > pages:  # past the end (the filter matched fewer): show the last page
+        page = pages
+        found = beat.page(q.strip(), wanted, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
     rows = [_row(v) for v in found.schedules]
     status = beat.status()
 
