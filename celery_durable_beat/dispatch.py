@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from celery_durable_beat import faults
@@ -30,13 +30,16 @@ from celery_durable_beat import round_records as records
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.message import TickMessage, build_message
 from celery_durable_beat.model import (
+    EXPIRES_NEXT_TICK,
     OWN_FAULT_REASONS,
     Action,
     Outcome,
+    OverlapPolicy,
     Reason,
     ScheduleState,
+    StateReason,
 )
-from celery_durable_beat.policy import Plan, plan_schedule
+from celery_durable_beat.policy import Plan, due_ms, plan_schedule
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, Store
 
 log = logging.getLogger("celery_durable_beat.dispatch")
@@ -85,8 +88,11 @@ class _Work:
     due: DueSchedule
     plan: Plan
     ticks: list[TickMessage]
+    """The ``buffer_one`` tick first when one is held, then the plan's ticks to fire."""
     streak: int = 0
     """Own-fault failures in a row learnt from the workers (``worker/unknown.py``)."""
+    failed_runs: bool = False
+    """``pause_on_failure``: its last N runs failed, so it is paused instead of fired."""
 
 
 _Fire = Callable[[DueSchedule, TickMessage], tuple[Outcome, Reason | None]]
@@ -102,9 +108,14 @@ class _Result:
     failure: Reason | None
 
 
-def tick_message(due: DueSchedule, tick_ms: int) -> TickMessage:
-    """The message of an automatic tick, with placeholders filled from the tick."""
-    return build_message(due.name, due.definition, tick_ms, tick_task_id(due.name, tick_ms))
+def tick_message(due: DueSchedule, tick_ms: int, upcoming_ms: int | None = None) -> TickMessage:
+    """The message of an automatic tick, with placeholders filled from the tick; with
+    ``expires: next_tick`` it expires when ``upcoming_ms`` (the schedule's next tick) is due."""
+    expires_at = None
+    if upcoming_ms is not None:
+        expires_at = due_ms(due.name, due.definition, upcoming_ms)
+    task_id = tick_task_id(due.name, tick_ms)
+    return build_message(due.name, due.definition, tick_ms, task_id, next_due_ms=expires_at)
 
 
 class Dispatcher:
@@ -120,6 +131,9 @@ class Dispatcher:
         gate: Callable[[DueSchedule, TickMessage], Reason | None] | None = None,
         still_leader: Callable[[], bool] | None = None,
         unknown_tasks: Callable[[Sequence[DueSchedule]], set[int]] | None = None,
+        failed_runs: Callable[[Sequence[DueSchedule]], set[int]] | None = None,
+        worker_check: Callable[[], Callable[[TickMessage], bool]] | None = None,
+        recheck_ms: int = 1000,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -130,6 +144,14 @@ class Dispatcher:
         self.still_leader = still_leader
         # Schedules whose previous tick no worker knew (SPEC §6): one read per round.
         self.unknown_tasks = unknown_tasks
+        # ``pause_on_failure``: schedules whose last N runs failed (``worker/streaks.py``).
+        self.failed_runs = failed_runs
+        # ``require_worker``: asked once per round (when a schedule needs it) for a check of
+        # whether a live worker consumes a tick's queue.
+        self.worker_check = worker_check
+        self._has_worker: Callable[[TickMessage], bool] | None = None
+        # How soon a held ``buffer_one`` tick looks at its previous run again.
+        self.recheck_ms = recheck_ms
 
     def run_round(self, now_ms: int, epoch: int) -> RoundStats:
         stats = RoundStats()
@@ -140,8 +162,10 @@ class Dispatcher:
                     return stats
                 work, broken = _plan_all(claim.schedules, now_ms)
                 self._learn_unknown_tasks(work)
+                self._learn_failed_runs(work)
                 ids = [t.task_id for w in work for t in w.ticks]
                 existing = claim.enqueued_task_ids(ids) if ids else set()
+            self._has_worker = None
             advances = self._publish_all(work, existing, now_ms, stats)
             advances += [_quarantine_unplannable(due, now_ms, stats) for due in broken]
             applied = self.store.settle(stats.events, advances, epoch)
@@ -167,6 +191,15 @@ class Dispatcher:
         for item in work:
             if item.due.id in unknown:
                 item.streak = item.due.failures + 1
+
+    def _learn_failed_runs(self, work: Sequence[_Work]) -> None:
+        """Schedules with ``pause_on_failure`` whose last N runs failed are paused this round."""
+        wanted = [item for item in work if item.due.definition.pause_on_failure]
+        if self.failed_runs is None or not wanted:
+            return
+        failing = self.failed_runs([item.due for item in wanted])
+        for item in wanted:
+            item.failed_runs = item.due.id in failing
 
     def _revoke_replaced(self, events: Sequence[AuditEvent]) -> None:
         """Let the gate revoke what ``replace`` displaced, for the ticks now recorded
@@ -232,10 +265,19 @@ class Dispatcher:
     def _run_one(self, item: _Work, fire: _Fire, now_ms: int) -> _Result:
         if item.streak >= self.quarantine_after:
             return self._quarantine_unknown(item, now_ms)
+        if item.failed_runs:
+            return self._pause_failing(item, now_ms)
         due, own = item.due, []
         last_fired: int | None = None
+        held = due.buffered_tick_ms
+        buffering = due.definition.overlap is OverlapPolicy.BUFFER_ONE
         for message in item.ticks:
             outcome, reason = fire(due, message)
+            if buffering and reason is Reason.OVERLAP and held in (None, message.tick_ms):
+                held = message.tick_ms  # waits, durably, for the previous run to end
+                continue
+            if message.tick_ms == held:
+                held = None
             own.append(
                 records.event(due, message.tick_ms, message.task_id, outcome, reason, now_ms)
             )
@@ -245,12 +287,48 @@ class Dispatcher:
                 )
                 own.sort(key=records.by_tick)
                 return _Result(item, own, advance, reason)
-            last_fired = message.tick_ms
+            last_fired = max(last_fired or message.tick_ms, message.tick_ms)
         plan = item.plan
         own.extend(records.dropped_events(due, plan.dropped, plan.next_tick_ms, now_ms))
         own.sort(key=records.by_tick)
-        advance = records.advance_to(due, item.plan.next_tick_ms, last_fired, own, item.streak)
-        return _Result(item, own, advance, None)
+        advance = records.advance_to(due, plan.next_tick_ms, last_fired, own, item.streak)
+        return _Result(item, own, self._holding(advance, held, now_ms), None)
+
+    def _holding(self, advance: Advance, held: int | None, now_ms: int) -> Advance:
+        """The advance, keeping the ``buffer_one`` tick ``held``: the schedule is due again
+        within ``recheck_ms`` to see whether the previous run has ended."""
+        if held is None:
+            return advance
+        recheck = now_ms + self.recheck_ms
+        due = recheck if advance.next_due_ms is None else min(advance.next_due_ms, recheck)
+        return replace(advance, buffered_tick_ms=held, next_due_ms=due)
+
+    def _pause_failing(self, item: _Work, now_ms: int) -> _Result:
+        """``pause_on_failure``: the last N runs failed, so nothing more is fired until resume."""
+        due = item.due
+        log.warning(
+            "schedule %s paused: its last %d runs failed",
+            due.name,
+            due.definition.pause_on_failure,
+            extra={"action": Action.PAUSED_ON_FAILURE.value, "schedule": due.name},
+        )
+        ticks = [message.tick_ms for message in item.ticks] or [records.position(due)]
+        events = [
+            records.event(due, tick, None, Outcome.SKIPPED, Reason.FAILURES, now_ms)
+            for tick in ticks
+        ]
+        advance = Advance(
+            schedule_id=due.id,
+            expected_next_tick_ms=due.next_tick_ms,
+            next_tick_ms=due.next_tick_ms,
+            next_due_ms=None,
+            last_tick_ms=due.last_tick_ms,
+            last_outcome=Outcome.SKIPPED,
+            failures=due.failures,
+            state=ScheduleState.PAUSED,
+            state_reason=StateReason.FAILURES,
+        )
+        return _Result(item, events, advance, None)
 
     def _quarantine_unknown(self, item: _Work, now_ms: int) -> _Result:
         """K ticks in a row no worker knew: quarantined instead of publishing again."""
@@ -262,7 +340,7 @@ class Dispatcher:
             extra={"action": Action.QUARANTINED.value, "schedule": due.name},
         )
         event = records.event(
-            due, due.next_tick_ms, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms
+            due, records.position(due), None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms
         )
         return _Result(item, [event], records.quarantine(due, item.streak), Reason.UNKNOWN_TASK)
 
@@ -271,6 +349,8 @@ class Dispatcher:
     ) -> tuple[Outcome, Reason | None]:
         if message.task_id in existing:
             return Outcome.DEDUPLICATED, Reason.ALREADY_ENQUEUED
+        if due.definition.require_worker and not self._worker_for(message):
+            return Outcome.SKIPPED, Reason.NO_WORKER
         held = self.gate(due, message) if self.gate else None
         if held is not None:
             return Outcome.SKIPPED, held
@@ -290,6 +370,14 @@ class Dispatcher:
         )
         return Outcome.FAILED, reason
 
+    def _worker_for(self, message: TickMessage) -> bool:
+        """Whether a live worker consumes the tick's queue (no check wired: assume one)."""
+        if self.worker_check is None:
+            return True
+        if self._has_worker is None:
+            self._has_worker = self.worker_check()
+        return self._has_worker(message)
+
     def _after_failure(
         self,
         item: _Work,
@@ -299,8 +387,12 @@ class Dispatcher:
         last_fired: int | None,
         events: list[AuditEvent],
     ) -> Advance:
-        """Stay on the failed tick (dropped ticks before it are settled) and back off."""
+        """Stay on the failed tick (dropped ticks before it are settled) and back off; a held
+        ``buffer_one`` tick that failed stays held, the schedule where it was."""
         due = item.due
+        buffered = due.buffered_tick_ms
+        if failed_tick == buffered:
+            failed_tick = due.next_tick_ms  # type: ignore[assignment]
         events.extend(records.dropped_events(item.due, item.plan.dropped, failed_tick, now_ms))
         own_fault = reason in OWN_FAULT_REASONS
         failures = due.failures + 1 if own_fault else due.failures
@@ -327,6 +419,7 @@ class Dispatcher:
             last_outcome=Outcome.FAILED,
             failures=failures,
             state=state,
+            buffered_tick_ms=buffered if state is ScheduleState.ACTIVE else None,
         )
 
 
@@ -352,11 +445,20 @@ def _plan_all(
 
 def _quarantine_unplannable(due: DueSchedule, now_ms: int, stats: RoundStats) -> Advance:
     stats.events.append(
-        records.event(due, due.next_tick_ms, None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
+        records.event(
+            due, records.position(due), None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms
+        )
     )
     return records.quarantine(due, due.failures)
 
 
 def _plan_one(due: DueSchedule, now_ms: int) -> _Work:
-    result = plan_schedule(due.name, due.definition, due.next_tick_ms, now_ms)
-    return _Work(due, result, [tick_message(due, t) for t in result.fire])
+    if due.next_tick_ms is None:  # only a held ``buffer_one`` tick is left
+        result = Plan((), None)
+    else:
+        result = plan_schedule(due.name, due.definition, due.next_tick_ms, now_ms)
+    ticks = list(result.fire)
+    if due.buffered_tick_ms is not None:
+        ticks.insert(0, due.buffered_tick_ms)
+    upcoming = result.next_tick_ms if due.definition.expires == EXPIRES_NEXT_TICK else None
+    return _Work(due, result, [tick_message(due, t, upcoming) for t in ticks])

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 
-from celery_durable_beat.model import Definition, Trigger
+from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition, Trigger
 from celery_durable_beat.schedules.render import render
 
 
@@ -36,17 +37,35 @@ def build_message(
     task_id: str,
     trigger: Trigger = Trigger.AUTO,
     overrides: Mapping[str, Any] | None = None,
+    next_due_ms: int | None = None,
 ) -> TickMessage:
     """The message of the tick at ``tick_ms``; ``overrides`` are merged over the kwargs (manual
-    runs), and placeholders are rendered at ``tick_ms`` in the schedule's time zone."""
+    runs), and placeholders are rendered at ``tick_ms`` in the schedule's time zone.
+
+    ``expires`` becomes Celery's own ``expires`` option, so the worker discards a tick nobody
+    started in time (and records it revoked/expired) the way it does for any expiring task:
+    seconds count from the publish, as ``apply_async(expires=N)`` does; ``next_tick`` is the
+    instant ``next_due_ms`` the schedule's next tick is dispatched (no expiry when it has none).
+    """
     d = definition
     return TickMessage(
         schedule=name,
         task=d.task,
         args=tuple(render(list(d.args), tick_ms, d.tz)),
         kwargs=render({**d.kwargs, **(overrides or {})}, tick_ms, d.tz),
-        options=dict(d.options),
+        options=_with_expiry(d, next_due_ms),
         task_id=task_id,
         tick_ms=tick_ms,
         trigger=trigger,
     )
+
+
+def _with_expiry(definition: Definition, next_due_ms: int | None) -> dict[str, Any]:
+    options = dict(definition.options)
+    expires = definition.expires
+    if expires == EXPIRES_NEXT_TICK:
+        if next_due_ms is not None:
+            options["expires"] = datetime.fromtimestamp(next_due_ms / 1000, timezone.utc)
+    elif isinstance(expires, (int, float)):
+        options["expires"] = float(expires)
+    return options

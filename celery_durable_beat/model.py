@@ -39,6 +39,9 @@ class OverlapPolicy(str, Enum):
     """The tick is not published; it is recorded skipped with reason ``overlap``."""
     REPLACE = "replace"
     """The tick is published and the unfinished previous run is revoked once it is recorded."""
+    BUFFER_ONE = "buffer_one"
+    """At most one tick waits (durably) for the unfinished previous run and is published as
+    soon as that run ends; further ticks meanwhile are skipped with reason ``overlap``."""
 
 
 class ScheduleState(str, Enum):
@@ -110,6 +113,25 @@ class Reason(str, Enum):
     """The options name a queue the broker does not know: the schedule's own fault."""
     UNKNOWN_TASK = "unknown_task"
     """No worker knows the task: the schedule's own fault."""
+    NO_WORKER = "no_worker"
+    """``require_worker``: no live worker consumes the tick's queue, so it was not published."""
+    FAILURES = "failures"
+    """``pause_on_failure``: the last N runs failed, so the schedule was paused at this tick."""
+
+
+class StateReason(str, Enum):
+    """Why a schedule is not active (``state_reason`` in ``list`` and ``show``)."""
+
+    OPERATOR = "operator"
+    """Paused by ``pause`` (CLI, API or console)."""
+    DISABLED = "disabled"
+    """Declared with ``enabled: false``."""
+    FAILURES = "failures"
+    """Paused by ``pause_on_failure`` after N failed runs in a row; ``resume`` clears the count."""
+
+
+EXPIRES_NEXT_TICK = "next_tick"
+"""``expires`` value: a tick expires when its schedule's next tick is dispatched."""
 
 
 OWN_FAULT_REASONS = frozenset(
@@ -175,6 +197,8 @@ class Action(str, Enum):
     """A run ``replace`` displaced could not be marked revoked or its revoke not broadcast."""
     METRICS_SERVING = "metrics_serving"
     """Beat serves Prometheus ``/metrics`` on ``durable_beat_metrics_port``."""
+    PAUSED_ON_FAILURE = "paused_on_failure"
+    """``pause_on_failure`` paused a schedule: its last N runs failed."""
     METRICS_FAILED = "metrics_failed"
     """Metrics could not be updated (e.g. the store did not answer their read); beat goes on."""
 
@@ -202,13 +226,37 @@ class Definition:
     jitter: float = 0.0
     enabled: bool = True
     description: str | None = None
+    start_at_ms: int | None = None
+    end_at_ms: int | None = None
+    expires: float | str | None = None
+    """Seconds after dispatch, or ``EXPIRES_NEXT_TICK``; None: the message never expires."""
+    pause_on_failure: int | None = None
+    require_worker: bool = False
 
     @property
     def tz(self) -> str:
         return self.spec.tz
 
     def to_json(self) -> dict[str, Any]:
-        """The versioned JSON stored for this definition (the name lives in its own column)."""
+        """The versioned JSON stored for this definition (the name lives in its own column).
+
+        The bounded-schedule keys are written only when set: a definition that uses none of
+        them keeps the JSON, and so the hash, it had before they existed, so upgrading never
+        makes config sync re-plan an unchanged schedule.
+        """
+        optional = {
+            "start_at_ms": self.start_at_ms,
+            "end_at_ms": self.end_at_ms,
+            "expires": self.expires,
+            "pause_on_failure": self.pause_on_failure,
+            "require_worker": self.require_worker or None,
+        }
+        return {
+            **self._base_json(),
+            **{key: value for key, value in optional.items() if value is not None},
+        }
+
+    def _base_json(self) -> dict[str, Any]:
         return {
             "format": DEFINITION_FORMAT,
             "task": self.task,
@@ -252,4 +300,9 @@ class Definition:
             jitter=float(data["jitter"]),
             enabled=bool(data["enabled"]),
             description=data["description"],
+            start_at_ms=data.get("start_at_ms"),
+            end_at_ms=data.get("end_at_ms"),
+            expires=data.get("expires"),
+            pause_on_failure=data.get("pause_on_failure"),
+            require_worker=bool(data.get("require_worker", False)),
         )

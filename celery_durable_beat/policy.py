@@ -55,7 +55,8 @@ class Plan:
     """What one round does for one schedule."""
 
     fire: tuple[int, ...]
-    next_tick_ms: int
+    next_tick_ms: int | None
+    """None when the schedule has no tick left before its ``end_at``."""
     dropped: tuple[Dropped, ...] = ()
 
     @property
@@ -71,15 +72,21 @@ def plan(
     backfill_max: int = 10,
     max_lateness_ms: int | None = None,
     jitter_ms: Callable[[int], int] | None = None,
+    end_ms: int | None = None,
 ) -> Plan:
-    """Plan the round at ``now_ms`` for a schedule whose next planned tick is ``next_tick_ms``."""
+    """Plan the round at ``now_ms`` for a schedule whose next planned tick is ``next_tick_ms``.
+
+    With ``end_ms`` (``end_at``) ticks after it are not occurrences at all: they are neither
+    fired nor counted as missed, and a plan with none left has next tick None.
+    """
     if not 1 <= backfill_max <= MAX_ENUMERATION:
         raise ValueError(f"backfill_max {backfill_max} is outside 1..{MAX_ENUMERATION}")
-    if next_tick_ms > now_ms:
-        return Plan((), next_tick_ms)
-    head = [next_tick_ms, *ticks_between(spec, next_tick_ms, now_ms, MAX_ENUMERATION - 1)]
+    horizon = now_ms if end_ms is None else min(now_ms, end_ms)
+    if next_tick_ms > horizon:
+        return Plan((), _until(next_tick_ms, end_ms))
+    head = [next_tick_ms, *ticks_between(spec, next_tick_ms, horizon, MAX_ENUMERATION - 1)]
     following = next_tick(spec, head[-1])
-    if following > now_ms:
+    if following > horizon:
         if jitter_ms is not None:
             head, following = _jittered_due(head, following, now_ms, jitter_ms)
             if not head:
@@ -88,8 +95,32 @@ def plan(
         dropped = _summary(missed_ticks)
         upcoming = following
     else:
-        fire, dropped, upcoming = _choose_overflow(spec, head, now_ms, missed, backfill_max)
-    return _apply_lateness(fire, upcoming, dropped, now_ms, max_lateness_ms, jitter_ms)
+        fire, dropped, upcoming = _choose_overflow(spec, head, horizon, missed, backfill_max)
+    return _apply_lateness(
+        fire, _until(upcoming, end_ms), dropped, now_ms, max_lateness_ms, jitter_ms
+    )
+
+
+def _until(tick_ms: int, end_ms: int | None) -> int | None:
+    """``tick_ms``, or None when it falls after the schedule's end."""
+    return None if end_ms is not None and tick_ms > end_ms else tick_ms
+
+
+def first_tick(definition: Definition, now_ms: int) -> int | None:
+    """Where a schedule planned from now starts: its first tick after now and not before
+    ``start_at``; None when that is after ``end_at`` (the schedule is over)."""
+    after = now_ms if definition.start_at_ms is None else max(now_ms, definition.start_at_ms - 1)
+    return _until(next_tick(definition.spec, after), definition.end_at_ms)
+
+
+def ticks_after(definition: Definition, after_ms: int, count: int) -> list[int]:
+    """Up to ``count`` ticks after ``after_ms`` within the schedule's bounds (``next``)."""
+    found: list[int] = []
+    tick = first_tick(definition, after_ms)
+    while tick is not None and len(found) < count:
+        found.append(tick)
+        tick = _until(next_tick(definition.spec, tick), definition.end_at_ms)
+    return found
 
 
 def _jittered_due(
@@ -201,7 +232,7 @@ def dispatch_offset_ms(name: str, spec: ScheduleSpec, tick_ms: int, jitter: floa
 
 def _apply_lateness(
     fire: list[int],
-    upcoming: int,
+    upcoming: int | None,
     dropped: tuple[Dropped, ...],
     now_ms: int,
     max_lateness_ms: int | None,
@@ -238,4 +269,5 @@ def plan_schedule(name: str, definition: Definition, next_tick_ms: int, now_ms: 
         definition.backfill_max,
         lateness,
         lambda tick: dispatch_offset_ms(name, definition.spec, tick, definition.jitter),
+        definition.end_at_ms,
     )

@@ -43,11 +43,12 @@ def event(
 
 
 def dropped_events(
-    due: DueSchedule, dropped: Sequence[Dropped], settled_before: int, now_ms: int
+    due: DueSchedule, dropped: Sequence[Dropped], settled_before: int | None, now_ms: int
 ) -> Iterator[AuditEvent]:
-    """One ``skipped`` record per reason for dropped ticks the schedule moves past."""
+    """One ``skipped`` record per reason for dropped ticks the schedule moves past (all of
+    them when ``settled_before`` is None: the schedule has no tick left)."""
     for gone in dropped:
-        if gone.last_ms >= settled_before:
+        if settled_before is not None and gone.last_ms >= settled_before:
             continue
         detail = {
             "count": gone.count,
@@ -60,17 +61,17 @@ def dropped_events(
 
 def advance_to(
     due: DueSchedule,
-    next_tick: int,
+    next_tick: int | None,
     last_fired: int | None,
     own: Sequence[AuditEvent],
     failures: int = 0,
 ) -> Advance:
-    """Move ``due`` on to ``next_tick``, due at its jittered instant."""
+    """Move ``due`` on to ``next_tick``, due at its jittered instant (None: past its end)."""
     return Advance(
         schedule_id=due.id,
         expected_next_tick_ms=due.next_tick_ms,
         next_tick_ms=next_tick,
-        next_due_ms=due_ms(due.name, due.definition, next_tick),
+        next_due_ms=None if next_tick is None else due_ms(due.name, due.definition, next_tick),
         last_tick_ms=last_fired if last_fired is not None else due.last_tick_ms,
         last_outcome=own[-1].outcome if own else None,
         failures=failures,
@@ -89,6 +90,14 @@ def quarantine(due: DueSchedule, failures: int) -> Advance:
         failures=failures,
         state=ScheduleState.QUARANTINED,
     )
+
+
+def position(due: DueSchedule) -> int:
+    """The tick a schedule's round stands at: its next tick, or the held ``buffer_one`` tick
+    when it has none left (a due row always has one of the two)."""
+    tick = due.next_tick_ms if due.next_tick_ms is not None else due.buffered_tick_ms
+    assert tick is not None, f"schedule {due.name} is due with no tick"
+    return tick
 
 
 def reason_of(value: str | None) -> Reason | None:

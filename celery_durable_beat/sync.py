@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Action, Definition, ScheduleState, Source
-from celery_durable_beat.schedules.occurrences import next_tick
+from celery_durable_beat.policy import first_tick
 from celery_durable_beat.schedules.spec import ScheduleSpec
 from celery_durable_beat.store.base import ConfigChange, Store, StoredDigest, iter_chunks
 
@@ -43,9 +43,9 @@ class SyncReport:
     complete: bool = True
 
 
-def first_tick_ms(definition: Definition, now_ms: int) -> int:
-    """Where a new or changed schedule starts: its first tick after now."""
-    return next_tick(definition.spec, now_ms)
+def first_tick_ms(definition: Definition, now_ms: int) -> int | None:
+    """Where a new or changed schedule starts: its first tick after now within its bounds."""
+    return first_tick(definition, now_ms)
 
 
 def differences(
@@ -58,7 +58,7 @@ def differences(
     changes: list[ConfigChange] = []
     # Configs this large are generated: many entries share one schedule, and its first tick
     # after the same now is the same (planning a cron tick was a third of a first start).
-    first_ticks: dict[ScheduleSpec, int] = {}
+    first_ticks: dict[tuple[ScheduleSpec, int | None, int | None], int | None] = {}
     for key, definition in wanted.items():
         row = rows.get(key)
         if row is not None and row.source is Source.API:
@@ -70,9 +70,10 @@ def differences(
         ):
             report.unchanged.append(definition.name)
         else:
-            first = first_ticks.get(definition.spec)
-            if first is None:
-                first = first_ticks[definition.spec] = first_tick_ms(definition, now_ms)
+            shape = (definition.spec, definition.start_at_ms, definition.end_at_ms)
+            if shape not in first_ticks:
+                first_ticks[shape] = first_tick_ms(definition, now_ms)
+            first = first_ticks[shape]
             changes.append(ConfigChange(definition.name, definition, first))
     changes.extend(
         ConfigChange(row.name)

@@ -15,14 +15,14 @@ Pure functions of a stored schedule and the store's clock, so the unit tests pin
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import suppress
 
 from celery_durable_beat.control.views import LIST_FIELDS, Overdue, ScheduleDetail, schedule_view
 from celery_durable_beat.exceptions import OccurrenceSearchError
 from celery_durable_beat.model import ScheduleState
-from celery_durable_beat.policy import Plan, plan_schedule
+from celery_durable_beat.policy import Plan, plan_schedule, ticks_after
 from celery_durable_beat.redact import redact, redact_options
-from celery_durable_beat.schedules.describe import describe
-from celery_durable_beat.schedules.occurrences import next_tick
+from celery_durable_beat.schedules.describe import describe, describe_bounds
 from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.store.base import ScheduleRecord
 
@@ -44,24 +44,19 @@ def upcoming(record: ScheduleRecord, now_ms: int, count: int, after_ms: int | No
 
     With ``after_ms`` they are simply the schedule's occurrences after that instant.
     """
-    spec, ticks = record.definition.spec, []
-    if after_ms is not None:
-        cursor = after_ms
-    else:
-        cursor = now_ms
+    ticks: list[int] = []
+    cursor = now_ms if after_ms is None else after_ms
+    if after_ms is None:
         overdue = overdue_plan(record, now_ms)
-        if overdue is not None:
-            ticks.append(overdue.next_tick_ms)
-        elif record.state is ScheduleState.ACTIVE and record.next_tick_ms is not None:
-            ticks.append(record.next_tick_ms)  # beat's own plan (a jittered tick included)
-    try:
-        if ticks:
-            cursor = ticks[-1]
-        while len(ticks) < count:
-            cursor = next_tick(spec, cursor)
-            ticks.append(cursor)
-    except OccurrenceSearchError:
-        pass  # a cron with no further occurrence: show what there is
+        first = record.next_tick_ms if overdue is None else overdue.next_tick_ms
+        active = record.state is ScheduleState.ACTIVE
+        if active and (overdue is not None or record.next_tick_ms is not None):
+            if first is None:
+                return []  # past its end_at: nothing more will fire
+            ticks.append(first)  # beat's own plan (a jittered tick included)
+            cursor = first
+    with suppress(OccurrenceSearchError):  # a cron with no further occurrence: what there is
+        ticks += ticks_after(record.definition, cursor, count - len(ticks))
     return ticks[:count]
 
 
@@ -91,7 +86,7 @@ def schedule_detail(
     d = record.definition
     return ScheduleDetail(
         **{name: getattr(view, name) for name in LIST_FIELDS},
-        description=describe(d.spec),
+        description=describe(d.spec) + describe_bounds(d.start_at_ms, d.end_at_ms, d.expires, d.tz),
         about=d.description,
         overdue=overdue_of(record, now_ms) if after_ms is None else None,
         next=tuple(tick_isoformat(t, d.tz) for t in upcoming(record, now_ms, count, after_ms)),

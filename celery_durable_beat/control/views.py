@@ -63,6 +63,15 @@ class ScheduleView:
     next_tick_ms: int | None
     last_tick_ms: int | None
     last_outcome: str | None
+    start_at: str | None
+    end_at: str | None
+    expires: float | str | None
+    pause_on_failure: int | None
+    require_worker: bool | None
+    state_reason: str | None
+    """Why a paused schedule is paused: ``operator``, ``disabled`` or ``failures``."""
+    buffered_tick: str | None
+    """``buffer_one``: the tick waiting for the previous run to end (in the schedule's zone)."""
     definition: Definition = field(repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
@@ -242,8 +251,19 @@ def schedule_view(record: ScheduleRecord) -> ScheduleView:
         next_tick_ms=next_ms,
         last_tick_ms=record.last_tick_ms,
         last_outcome=None if record.last_outcome is None else record.last_outcome.value,
+        start_at=_instant(d.start_at_ms, d.tz),
+        end_at=_instant(d.end_at_ms, d.tz),
+        expires=d.expires,
+        pause_on_failure=d.pause_on_failure,
+        require_worker=d.require_worker or None,
+        state_reason=None if record.state_reason is None else record.state_reason.value,
+        buffered_tick=_instant(record.buffered_tick_ms, d.tz),
         definition=d,
     )
+
+
+def _instant(ms: int | None, tz: str) -> str | None:
+    return None if ms is None else tick_isoformat(ms, tz)
 
 
 def event_view(event: StoredEvent) -> EventView:

@@ -204,6 +204,10 @@ class RunTracking(Protocol):
     def states(self, task_ids: Sequence[str]) -> dict[str, RunState]:
         """The stored state of each task id that has a row, expired or not (rule 7)."""
 
+    def recent_states(self, schedule: str, since_tick_ms: int | None, limit: int) -> list[RunState]:
+        """The run states of the ``limit`` newest automatic ticks of ``schedule`` at or after
+        ``since_tick_ms`` (all when None), newest tick first (``pause_on_failure``)."""
+
     def prune_runs(self, limit: int) -> int:
         """Delete up to ``limit`` expired rows whose ``enqueued`` record is gone (rule 7)."""
 

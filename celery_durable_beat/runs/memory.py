@@ -189,6 +189,17 @@ class MemoryRuns:
                     )
         return None
 
+    def recent_states(self, schedule: str, since_tick_ms: int | None, limit: int) -> list[RunState]:
+        wanted, floor = name_key(schedule), since_tick_ms if since_tick_ms is not None else -1
+        with self._lock:
+            rows = [
+                row
+                for row in self._rows.values()
+                if row.schedule_key == wanted and row.trigger == "auto" and row.tick_ms >= floor
+            ]
+        rows.sort(key=lambda row: row.tick_ms, reverse=True)
+        return [row.state for row in rows[:limit]]
+
     def states(self, task_ids: Sequence[str]) -> dict[str, RunState]:
         with self._lock:
             return {t: row.state for t in task_ids if (row := self._rows.get(t)) is not None}

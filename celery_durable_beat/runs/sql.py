@@ -243,6 +243,18 @@ class SqlRunStore(LazyEngine):
             now_ms=int(row.now_ms),
         )
 
+    def recent_states(self, schedule: str, since_tick_ms: int | None, limit: int) -> list[RunState]:
+        """One walk of the (schedule_key, tick_ms) index backwards."""
+        query = select(runs.c.state).where(
+            runs.c.schedule_key == _schedule_key(schedule),
+            runs.c.trigger == Trigger.AUTO.value,
+        )
+        if since_tick_ms is not None:
+            query = query.where(runs.c.tick_ms >= since_tick_ms)
+        with self._tx(write=False) as conn:
+            found = conn.execute(query.order_by(runs.c.tick_ms.desc()).limit(limit)).scalars()
+            return [_state(state) for state in found]
+
     def states(self, task_ids: Sequence[str]) -> dict[str, RunState]:
         """One query on the primary key, however many ids (the round asks once per round)."""
         if not task_ids:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
+from celery_durable_beat.schedules.dst import zone
 from celery_durable_beat.schedules.spec import CronSpec, DayRule, IntervalSpec, ScheduleSpec
 
 WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
@@ -67,6 +69,32 @@ def describe(spec: ScheduleSpec) -> str:
         return f"{_describe_cron(spec)} ({spec.tz})"
     except _UnknownFieldError:
         return f'cron "{spec.expr}" ({spec.tz})'
+
+
+def describe_bounds(
+    start_ms: int | None, end_ms: int | None, expires: float | str | None, tz: str
+) -> str:
+    """`` from 2026-12-01 until 2027-01-01, expires at the next tick``: what ``start_at``,
+    ``end_at`` and ``expires`` add to a schedule in words ("" when none is set)."""
+    words = ""
+    if start_ms is not None:
+        words += f" from {_instant_words(start_ms, tz)}"
+    if end_ms is not None:
+        words += f" until {_instant_words(end_ms, tz)}"
+    if isinstance(expires, str):
+        words += ", expires at the next tick"
+    elif expires is not None:
+        every = describe_interval(round(expires * 1000))
+        words += f", expires {every.removeprefix('every ')} after dispatch"
+    return words
+
+
+def _instant_words(ms: int, tz: str) -> str:
+    """The instant in the schedule's zone: the date alone at midnight, else date and time."""
+    local = datetime.fromtimestamp(ms / 1000, zone(tz))
+    if (local.hour, local.minute, local.second, local.microsecond) == (0, 0, 0, 0):
+        return local.date().isoformat()
+    return local.strftime("%Y-%m-%d %H:%M:%S" if local.second else "%Y-%m-%d %H:%M")
 
 
 def describe_interval(every_ms: int) -> str:

@@ -13,14 +13,14 @@ import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem, OccurrenceSearchError
 from celery_durable_beat.ids import name_key
-from celery_durable_beat.model import Definition, MissedPolicy, OverlapPolicy
+from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition, MissedPolicy, OverlapPolicy
 from celery_durable_beat.schedules.occurrences import next_tick
 from celery_durable_beat.schedules.spec import (
     CronSpec,
@@ -40,6 +40,11 @@ EXTRA_KEYS = (
     "jitter",
     "enabled",
     "description",
+    "start_at",
+    "end_at",
+    "expires",
+    "pause_on_failure",
+    "require_worker",
 )
 KNOWN_KEYS = frozenset(STOCK_KEYS + EXTRA_KEYS)
 BACKFILL_RANGE = (1, 1000)
@@ -143,6 +148,10 @@ def _check_fields(
     values["jitter"] = _check_seconds(entry, "jitter", 0.0, found) or 0.0
     values["enabled"] = _check_bool(entry, "enabled", found)
     values["description"] = _check_description(entry.get("description"), found)
+    values.update(_check_bounds(entry, found))
+    values["expires"] = _check_expires(entry, found)
+    values["pause_on_failure"] = _check_pause_on_failure(entry.get("pause_on_failure"), found)
+    values["require_worker"] = _check_bool(entry, "require_worker", found, default=False)
     if entry.get("relative"):
         found.add(
             "relative",
@@ -324,11 +333,82 @@ def _check_seconds(
     return float(value)
 
 
-def _check_bool(entry: Mapping[str, Any], field: str, found: _Collector) -> bool:
-    value = entry.get(field, True)
+def _check_bool(
+    entry: Mapping[str, Any], field: str, found: _Collector, default: bool = True
+) -> bool:
+    value = entry.get(field, default)
     if not isinstance(value, bool):
         found.add(field, f"{field} {value!r} is not true or false")
-        return True
+        return default
+    return value
+
+
+def _check_bounds(entry: Mapping[str, Any], found: _Collector) -> dict[str, int | None]:
+    """``start_at`` / ``end_at`` as epoch ms; the end must come after the start."""
+    start = _check_instant(entry, "start_at", found)
+    end = _check_instant(entry, "end_at", found)
+    if start is not None and end is not None and end <= start:
+        found.add(
+            "end_at",
+            f"end_at {entry['end_at']!s} is not after start_at {entry['start_at']!s}; "
+            "give an end_at later than start_at",
+        )
+        end = None
+    return {"start_at_ms": start, "end_at_ms": end}
+
+
+def _check_instant(entry: Mapping[str, Any], field: str, found: _Collector) -> int | None:
+    """An aware ``datetime`` or an ISO 8601 text with an offset, as epoch milliseconds."""
+    value = entry.get(field)
+    if value is None:
+        return None
+    example = 'give e.g. "2026-12-01T00:00:00+01:00" or an aware datetime'
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            found.add(field, f"{field} {value!r} is not an ISO 8601 instant; {example}")
+            return None
+    if not isinstance(value, datetime):
+        found.add(field, f"{field} is a {type(value).__name__}; {example}")
+        return None
+    if value.tzinfo is None or value.utcoffset() is None:
+        found.add(field, f"{field} {value.isoformat()} has no UTC offset; {example}")
+        return None
+    return round(value.timestamp() * 1000)
+
+
+def _check_expires(entry: Mapping[str, Any], found: _Collector) -> float | str | None:
+    """``"next_tick"`` or seconds > 0; the entry's ``options`` must not set it as well."""
+    value = entry.get("expires")
+    if value is None:
+        return None
+    options = entry.get("options")
+    if isinstance(options, Mapping) and options.get("expires") is not None:
+        found.add("expires", "expires is set twice (also in options); keep only the expires key")
+        return None
+    if value == EXPIRES_NEXT_TICK:
+        return EXPIRES_NEXT_TICK
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        found.add("expires", f'expires {value!r} is not "next_tick" or a number of seconds')
+        return None
+    if value <= 0:
+        found.add("expires", f"expires {value!r} is not positive; give seconds > 0")
+        return None
+    return float(value)
+
+
+def _check_pause_on_failure(value: object, found: _Collector) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        found.add(
+            "pause_on_failure",
+            f"pause_on_failure {value!r} is not a whole number >= 1; give e.g. 3",
+        )
+        return None
     return value
 
 

@@ -56,6 +56,7 @@ from celery_durable_beat.model import (
     Reason,
     ScheduleState,
     Source,
+    StateReason,
     Trigger,
 )
 from celery_durable_beat.policy import due_ms
@@ -72,9 +73,14 @@ class DueSchedule:
     name: str
     definition: Definition
     version: int
-    next_tick_ms: int
+    next_tick_ms: int | None
+    """None only when a ``buffer_one`` tick is held past the schedule's ``end_at``."""
     last_tick_ms: int | None
     failures: int
+    buffered_tick_ms: int | None = None
+    """``buffer_one``: the tick waiting for the previous run to end."""
+    streak_from_ms: int | None = None
+    """``pause_on_failure`` counts failed runs of ticks at or after this instant only."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,8 @@ class ScheduleRecord:
     failures: int
     created_at_ms: int
     updated_at_ms: int
+    state_reason: StateReason | None = None
+    buffered_tick_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -136,13 +144,15 @@ class Advance:
     """Move one schedule on, if it is still where the round found it."""
 
     schedule_id: int
-    expected_next_tick_ms: int
-    next_tick_ms: int
+    expected_next_tick_ms: int | None
+    next_tick_ms: int | None
     next_due_ms: int | None
     last_tick_ms: int | None
     last_outcome: Outcome | None
     failures: int
     state: ScheduleState = ScheduleState.ACTIVE
+    state_reason: StateReason | None = None
+    buffered_tick_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -187,6 +197,8 @@ class SyncRow:
     next_tick_ms: int | None
     next_due_ms: int | None
     enabled: bool
+    state_reason: StateReason | None = None
+    buffered_tick_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -274,7 +286,7 @@ class Store(Protocol):
         """
 
     def upsert(
-        self, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
+        self, definition: Definition, source: Source, first_tick_ms: int | None, now_ms: int
     ) -> UpsertResult:
         """Create, update (version + 1, re-planned to ``first_tick_ms``) or leave unchanged.
 
@@ -301,9 +313,12 @@ class Store(Protocol):
         now_ms: int,
         next_tick_ms: int | None = None,
         next_due_ms: int | None = None,
+        reason: StateReason | None = None,
     ) -> ScheduleRecord:
         """Change state (pause, resume, archive, quarantine); resets failures. Raises
-        ScheduleNotFound. ``next_due_ms`` must be None unless the state is ``active``."""
+        ScheduleNotFound. ``next_due_ms`` must be None unless the state is ``active``; an
+        active schedule without a next tick is past its ``end_at``. ``reason`` says why a
+        paused schedule is paused; activating one starts its failure streak at its next tick."""
 
     def delete(self, name: str) -> bool:
         """Remove the schedule row; its history stays."""
@@ -350,11 +365,41 @@ def check_advances(advances: Sequence[Advance]) -> None:
             raise InvalidArgument(f"schedule id {item.schedule_id} is advanced twice in one batch")
         seen.add(item.schedule_id)
         active = item.state is ScheduleState.ACTIVE
-        if active != (item.next_due_ms is not None):
+        has_tick = item.next_tick_ms is not None or item.buffered_tick_ms is not None
+        if (active and has_tick) != (item.next_due_ms is not None):
             raise InvalidArgument(
                 f"schedule id {item.schedule_id}: next_due_ms must be set exactly when the "
-                f"state is active; got state {item.state.value} and next_due_ms {item.next_due_ms}"
+                f"state is active with a next tick; got state {item.state.value}, next tick "
+                f"{item.next_tick_ms} and next_due_ms {item.next_due_ms}"
             )
+
+
+def state_values(
+    state: ScheduleState,
+    next_tick_ms: int | None,
+    next_due_ms: int | None,
+    reason: StateReason | None,
+) -> dict[str, Any]:
+    """The columns ``set_state`` writes, checked alike on every backend: only an active schedule
+    with a next tick is due; a reason only for a paused one; activating starts the failure
+    streak at the next tick; archiving drops a ``buffer_one`` tick (it would never fire)."""
+    active = state is ScheduleState.ACTIVE
+    if (active and next_tick_ms is not None) != (next_due_ms is not None):
+        raise InvalidArgument(
+            f"a {state.value} schedule with next tick {next_tick_ms} cannot have next_due_ms "
+            f"{next_due_ms}: it is set exactly when the schedule is active with a next tick"
+        )
+    values: dict[str, Any] = {
+        "state": state.value,
+        "state_reason": reason.value if reason and state is ScheduleState.PAUSED else None,
+        "next_tick_ms": next_tick_ms,
+        "next_due_ms": next_due_ms,
+    }
+    if active:
+        values["streak_from_ms"] = next_tick_ms
+    if state is ScheduleState.ARCHIVED:
+        values["buffered_tick_ms"] = None
+    return values
 
 
 def check_changes(changes: Sequence[ConfigChange]) -> list[str]:
@@ -365,14 +410,21 @@ def check_changes(changes: Sequence[ConfigChange]) -> list[str]:
     return keys
 
 
-def plan_values(definition: Definition, first_tick_ms: int) -> dict[str, Any]:
-    """State, next tick, due instant and failures of a created, changed or re-activated row."""
+def plan_values(definition: Definition, first_tick_ms: int | None) -> dict[str, Any]:
+    """State, next tick, due instant and failures of a created, changed or re-activated row
+    (every backend writes these same values). ``first_tick_ms`` None: past its ``end_at``."""
     active = definition.enabled
+    due = None
+    if active and first_tick_ms is not None:
+        due = due_ms(definition.name, definition, first_tick_ms)
     return {
         "state": ScheduleState.ACTIVE if active else ScheduleState.PAUSED,
+        "state_reason": None if active else StateReason.DISABLED,
         "next_tick_ms": first_tick_ms,
-        "next_due_ms": due_ms(definition.name, definition, first_tick_ms) if active else None,
+        "next_due_ms": due,
         "failures": 0,
+        "buffered_tick_ms": None,
+        "streak_from_ms": first_tick_ms,
     }
 
 
@@ -385,10 +437,12 @@ def decide_change(row: SyncRow | None, change: ConfigChange, now_ms: int) -> Syn
     if definition is None:
         if row is None or row.source is not Source.CONFIG or row.state is ScheduleState.ARCHIVED:
             return SyncDecision(change.name, "unchanged", 0 if row is None else row.version)
-        values = {"state": ScheduleState.ARCHIVED, "next_tick_ms": None, "next_due_ms": None}
+        values: dict[str, Any] = {
+            "state": ScheduleState.ARCHIVED,
+            "next_tick_ms": None,
+            "next_due_ms": None,
+        }
         return SyncDecision(row.name, "archived", row.version, {**values, "failures": 0})
-    if change.first_tick_ms is None:
-        raise InvalidArgument(f"config change of {change.name!r} has a definition but no tick")
     values = plan_values(definition, change.first_tick_ms)
     if row is None:
         return SyncDecision(definition.name, "created", 1, values)
@@ -399,20 +453,23 @@ def decide_change(row: SyncRow | None, change: ConfigChange, now_ms: int) -> Syn
     if same and not archived:
         return SyncDecision(row.name, "unchanged", row.version)
     if row.state is ScheduleState.PAUSED and row.enabled == definition.enabled:
-        values.update(state=ScheduleState.PAUSED, next_due_ms=None)
+        values.update(state=ScheduleState.PAUSED, state_reason=row.state_reason, next_due_ms=None)
     version = row.version if same else row.version + 1
     return SyncDecision(definition.name, "updated", version, values, _dropped(row, now_ms))
 
 
 def _dropped(row: SyncRow, now_ms: int) -> AuditEvent | None:
-    """The ``replanned`` record of a due tick that a re-plan replaces (SPEC §3)."""
-    if row.state is not ScheduleState.ACTIVE or row.next_tick_ms is None:
-        return None
-    if row.next_due_ms is None or row.next_due_ms > now_ms:
+    """The ``replanned`` record of a due tick that a re-plan replaces (SPEC §3): the tick
+    ``buffer_one`` held, else the next tick when it is already due."""
+    tick = row.buffered_tick_ms
+    if tick is None and row.state is ScheduleState.ACTIVE and row.next_tick_ms is not None:
+        due = row.next_due_ms is not None and row.next_due_ms <= now_ms
+        tick = row.next_tick_ms if due else None
+    if tick is None:
         return None
     return AuditEvent(
         schedule=row.name,
-        tick_ms=row.next_tick_ms,
+        tick_ms=tick,
         task_id=None,
         trigger=Trigger.AUTO,
         outcome=Outcome.SKIPPED,

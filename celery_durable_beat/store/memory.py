@@ -35,7 +35,14 @@ from celery_durable_beat.clock import SystemClock
 from celery_durable_beat.exceptions import InvalidArgument, ScheduleNotFound, StaleEpoch
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.lease.base import LeaseRow
-from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
+from celery_durable_beat.model import (
+    Definition,
+    Outcome,
+    ScheduleState,
+    Source,
+    StateReason,
+    Trigger,
+)
 from celery_durable_beat.store.base import (
     Advance,
     AuditEvent,
@@ -49,11 +56,12 @@ from celery_durable_beat.store.base import (
     check_advances,
     check_changes,
     decide_change,
+    plan_values,
+    state_values,
 )
 from celery_durable_beat.store.memory_rows import (
     Fence,
     Row,
-    plan,
     prunable,
     storable_key,
     to_stored,
@@ -202,7 +210,7 @@ class MemoryStore:
         return matched[offset : offset + limit], len(matched)
 
     def upsert(
-        self, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
+        self, definition: Definition, source: Source, first_tick_ms: int | None, now_ms: int
     ) -> UpsertResult:
         """As ``store/sql/admin.upsert``: config never touches an API schedule, an archived
         unchanged schedule comes back at its version, an operator pause survives a change."""
@@ -225,9 +233,10 @@ class MemoryStore:
                 row.state is ScheduleState.PAUSED and row.definition.enabled == stored.enabled
             )
             row.replace(stored, digest, row.version if same else row.version + 1, now_ms)
-            row.plan(*plan(stored, first_tick_ms))
+            reason = row.state_reason
+            row.write(plan_values(stored, first_tick_ms))
             if operator_paused:
-                row.state, row.next_due_ms = ScheduleState.PAUSED, None
+                row.state, row.state_reason, row.next_due_ms = ScheduleState.PAUSED, reason, None
             return UpsertResult(definition.name, "updated", row.version)
 
     def archive_missing(self, keep_names: Sequence[str], source: Source, now_ms: int) -> list[str]:
@@ -264,7 +273,7 @@ class MemoryStore:
             ]
             for key, row, change, decision in zip(keys, found, changes, decisions, strict=True):
                 if decision.status == "created" and change.definition is not None:
-                    self.upsert(change.definition, Source.CONFIG, change.first_tick_ms or 0, now_ms)
+                    self.upsert(change.definition, Source.CONFIG, change.first_tick_ms, now_ms)
                     self._rows[key].epoch = epoch
                 elif row is not None and decision.values is not None:
                     row.apply_sync(change, decision, epoch, now_ms)
@@ -279,16 +288,14 @@ class MemoryStore:
         now_ms: int,
         next_tick_ms: int | None = None,
         next_due_ms: int | None = None,
+        reason: StateReason | None = None,
     ) -> ScheduleRecord:
-        if state is not ScheduleState.ACTIVE and next_due_ms is not None:
-            raise InvalidArgument(f"a {state.value} schedule has no next_due_ms; got {next_due_ms}")
-        if state is ScheduleState.ACTIVE and (next_tick_ms is None or next_due_ms is None):
-            raise InvalidArgument("an active schedule needs next_tick_ms and next_due_ms")
+        state_values(state, next_tick_ms, next_due_ms, reason)  # refuses what SQL refuses
         with self._lock:
             row = self._rows.get(name_key(name))
             if row is None:
                 raise ScheduleNotFound(name)
-            row.set_state(state, next_tick_ms, next_due_ms, now_ms)
+            row.set_state(state, next_tick_ms, next_due_ms, now_ms, reason)
             return row.record()
 
     def delete(self, name: str) -> bool:

@@ -8,15 +8,21 @@ schedule row keeps the parsed ``Definition`` only (never its JSON beside it): wh
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from celery_durable_beat.exceptions import InvalidArgument
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.lease.base import LeaseRow
-from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
-from celery_durable_beat.policy import dispatch_offset_ms
+from celery_durable_beat.model import (
+    Definition,
+    Outcome,
+    ScheduleState,
+    Source,
+    StateReason,
+    Trigger,
+)
 from celery_durable_beat.store.base import (
     Advance,
     AuditEvent,
@@ -26,6 +32,8 @@ from celery_durable_beat.store.base import (
     StoredEvent,
     SyncDecision,
     SyncRow,
+    plan_values,
+    state_values,
 )
 from celery_durable_beat.store.tables import NAME_LENGTH
 
@@ -65,14 +73,6 @@ def to_stored(event_id: int, event: AuditEvent, epoch: int, now_ms: int) -> Stor
     )
 
 
-def plan(definition: Definition, first_tick_ms: int) -> tuple[ScheduleState, int, int | None]:
-    """State, next tick and next due instant of a created, changed or re-activated schedule."""
-    if not definition.enabled:
-        return ScheduleState.PAUSED, first_tick_ms, None
-    offset = dispatch_offset_ms(definition.name, definition.spec, first_tick_ms, definition.jitter)
-    return ScheduleState.ACTIVE, first_tick_ms, first_tick_ms + offset
-
-
 @dataclass(slots=True)
 class Row:
     """One schedule, as the ``durable_beat_schedules`` row holds it."""
@@ -93,6 +93,9 @@ class Row:
     epoch: int
     created_at_ms: int
     updated_at_ms: int
+    state_reason: StateReason | None = None
+    buffered_tick_ms: int | None = None
+    streak_from_ms: int | None = None
 
     @classmethod
     def new(
@@ -101,11 +104,10 @@ class Row:
         definition: Definition,
         digest: str,
         source: Source,
-        first_tick_ms: int,
+        first_tick_ms: int | None,
         now_ms: int,
     ) -> Row:
-        state, next_tick, next_due = plan(definition, first_tick_ms)
-        return cls(
+        row = cls(
             id=row_id,
             key=name_key(definition.name),
             name=definition.name,
@@ -113,9 +115,9 @@ class Row:
             definition_hash=digest,
             version=1,
             source=source,
-            state=state,
-            next_tick_ms=next_tick,
-            next_due_ms=next_due,
+            state=ScheduleState.ACTIVE,
+            next_tick_ms=None,
+            next_due_ms=None,
             last_tick_ms=None,
             last_outcome=None,
             failures=0,
@@ -123,6 +125,18 @@ class Row:
             created_at_ms=now_ms,
             updated_at_ms=now_ms,
         )
+        row.write(plan_values(definition, first_tick_ms))
+        return row
+
+    def write(self, values: Mapping[str, Any]) -> None:
+        """Column values as ``plan_values`` and ``state_values`` spell them (SQL's columns)."""
+        for column, given in values.items():
+            value = given
+            if column == "state":
+                value = ScheduleState(given)
+            elif column == "state_reason":
+                value = None if given is None else StateReason(given)
+            setattr(self, column, value)
 
     def replace(self, definition: Definition, digest: str, version: int, now_ms: int) -> None:
         """A new definition (the name's case may change too)."""
@@ -132,14 +146,15 @@ class Row:
         self.version = version
         self.updated_at_ms = now_ms
 
-    def plan(self, state: ScheduleState, next_tick_ms: int, next_due_ms: int | None) -> None:
-        self.state, self.next_tick_ms, self.next_due_ms = state, next_tick_ms, next_due_ms
-        self.failures = 0
-
     def set_state(
-        self, state: ScheduleState, next_tick_ms: int | None, next_due_ms: int | None, now_ms: int
+        self,
+        state: ScheduleState,
+        next_tick_ms: int | None,
+        next_due_ms: int | None,
+        now_ms: int,
+        reason: StateReason | None = None,
     ) -> None:
-        self.state, self.next_tick_ms, self.next_due_ms = state, next_tick_ms, next_due_ms
+        self.write(state_values(state, next_tick_ms, next_due_ms, reason))
         self.failures = 0
         self.updated_at_ms = now_ms
 
@@ -151,6 +166,8 @@ class Row:
         self.last_outcome = None if item.last_outcome is None else Outcome(item.last_outcome)
         self.failures = item.failures
         self.state = item.state
+        self.state_reason = None if item.state_reason is None else StateReason(item.state_reason)
+        self.buffered_tick_ms = item.buffered_tick_ms
         self.epoch = epoch
         self.updated_at_ms = now_ms
 
@@ -166,6 +183,8 @@ class Row:
             next_tick_ms=self.next_tick_ms,
             next_due_ms=self.next_due_ms,
             enabled=self.definition.enabled,
+            state_reason=self.state_reason,
+            buffered_tick_ms=self.buffered_tick_ms,
         )
 
     def apply_sync(
@@ -176,11 +195,14 @@ class Row:
         if change.definition is not None:
             stored = Definition.from_json(change.definition.name, change.definition.to_json())
             self.replace(stored, stored.definition_hash(), decision.version, now_ms)
-        self.set_state(values["state"], values["next_tick_ms"], values["next_due_ms"], now_ms)
+        if change.definition is None:  # archived
+            self.set_state(ScheduleState.ARCHIVED, None, None, now_ms)
+        else:
+            self.write(values)
+            self.updated_at_ms = now_ms
         self.epoch = epoch
 
     def due(self) -> DueSchedule:
-        assert self.next_tick_ms is not None
         return DueSchedule(
             id=self.id,
             name=self.name,
@@ -189,6 +211,8 @@ class Row:
             next_tick_ms=self.next_tick_ms,
             last_tick_ms=self.last_tick_ms,
             failures=self.failures,
+            buffered_tick_ms=self.buffered_tick_ms,
+            streak_from_ms=self.streak_from_ms,
         )
 
     def record(self) -> ScheduleRecord:
@@ -207,6 +231,8 @@ class Row:
             failures=self.failures,
             created_at_ms=self.created_at_ms,
             updated_at_ms=self.updated_at_ms,
+            state_reason=self.state_reason,
+            buffered_tick_ms=self.buffered_tick_ms,
         )
 
 

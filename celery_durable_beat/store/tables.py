@@ -67,6 +67,13 @@ schedules = Table(
     Column("epoch", BigInteger(), nullable=False),
     Column("created_at_ms", BigInteger(), nullable=False),
     Column("updated_at_ms", BigInteger(), nullable=False),
+    # Why a paused schedule is paused (operator, disabled, failures); NULL otherwise.
+    Column("state_reason", String(16), nullable=True),
+    # ``buffer_one``: the one tick waiting for the previous run to end (SPEC §6).
+    Column("buffered_tick_ms", BigInteger(), nullable=True),
+    # ``pause_on_failure`` counts failed runs of ticks at or after this instant only: set when
+    # the schedule is planned from now (created, changed, resumed), so resuming clears the count.
+    Column("streak_from_ms", BigInteger(), nullable=True),
     UniqueConstraint("name_key"),
     CheckConstraint("source IN ('config', 'api')", name="source"),
     CheckConstraint("state IN ('active', 'paused', 'archived', 'quarantined')", name="state"),
@@ -133,3 +140,13 @@ runs = Table(
     Column("expires_at_ms", BigInteger(), nullable=True),
 )
 Index("ix_durable_beat_runs_schedule_key_tick_ms", runs.c.schedule_key, runs.c.tick_ms)
+
+workers = Table(
+    "durable_beat_workers",
+    metadata,
+    Column("hostname", String(255), primary_key=True),
+    Column("queues", JSON(), nullable=False),
+    Column("last_seen_ms", BigInteger(), nullable=False),
+)
+"""Workers that ran ``install(app)``, each announcing the queues it consumes on its heartbeat
+(``require_worker``, ``status``)."""

@@ -16,14 +16,22 @@ from sqlalchemy.engine import Connection, Row
 
 from celery_durable_beat.exceptions import InvalidArgument, ScheduleNotFound
 from celery_durable_beat.ids import name_key
-from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
-from celery_durable_beat.policy import due_ms
+from celery_durable_beat.model import (
+    Definition,
+    Outcome,
+    ScheduleState,
+    Source,
+    StateReason,
+    Trigger,
+)
 from celery_durable_beat.store.base import (
     PRUNE_CHUNK,
     ScheduleRecord,
     StoredEvent,
     UpsertResult,
     iter_chunks,
+    plan_values,
+    state_values,
 )
 from celery_durable_beat.store.sql.engine import IN_CHUNK, insert_into
 from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs, schedules
@@ -53,6 +61,8 @@ def to_record(row: Row[Any]) -> ScheduleRecord:
         failures=row.failures,
         created_at_ms=row.created_at_ms,
         updated_at_ms=row.updated_at_ms,
+        state_reason=None if row.state_reason is None else StateReason(row.state_reason),
+        buffered_tick_ms=row.buffered_tick_ms,
     )
 
 
@@ -87,7 +97,7 @@ def page_schedules(
 
 
 def upsert(
-    conn: Connection, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
+    conn: Connection, definition: Definition, source: Source, first_tick_ms: int | None, now_ms: int
 ) -> UpsertResult:
     """See ``Store.upsert``. Three more rules the contract leaves open:
 
@@ -128,20 +138,11 @@ def upsert(
     raise AssertionError(f"schedule {definition.name!r} neither inserted nor found")
 
 
-def _plan(definition: Definition, first_tick_ms: int) -> dict[str, Any]:
-    """State and next tick of a created, changed or re-activated schedule."""
-    if not definition.enabled:
-        return {
-            "state": ScheduleState.PAUSED.value,
-            "next_tick_ms": first_tick_ms,
-            "next_due_ms": None,
-            "failures": 0,
-        }
+def _plan(definition: Definition, first_tick_ms: int | None) -> dict[str, Any]:
+    """State and next tick of a created, changed or re-activated schedule, as column values."""
     return {
-        "state": ScheduleState.ACTIVE.value,
-        "next_tick_ms": first_tick_ms,
-        "next_due_ms": due_ms(definition.name, definition, first_tick_ms),
-        "failures": 0,
+        name: getattr(value, "value", value)
+        for name, value in plan_values(definition, first_tick_ms).items()
     }
 
 
@@ -161,7 +162,7 @@ def _insert(
     key: str,
     digest: str,
     source: Source,
-    first_tick_ms: int,
+    first_tick_ms: int | None,
     now_ms: int,
 ) -> bool:
     stmt = (
@@ -191,7 +192,7 @@ def _update(
     *,
     digest: str,
     source: Source,
-    first_tick_ms: int,
+    first_tick_ms: int | None,
     now_ms: int,
 ) -> UpsertResult:
     archived = row.state == ScheduleState.ARCHIVED.value
@@ -201,7 +202,9 @@ def _update(
     version = row.version if same else row.version + 1
     planned = _plan(definition, first_tick_ms)
     if _operator_paused(row, definition):
-        planned.update(state=ScheduleState.PAUSED.value, next_due_ms=None)
+        planned.update(
+            state=ScheduleState.PAUSED.value, state_reason=row.state_reason, next_due_ms=None
+        )
     conn.execute(
         update(schedules)
         .where(schedules.c.id == row.id)
@@ -237,6 +240,8 @@ def archive_missing(
                 next_tick_ms=None,
                 next_due_ms=None,
                 failures=0,
+                state_reason=None,
+                buffered_tick_ms=None,
                 updated_at_ms=now_ms,
             )
         )
@@ -251,19 +256,14 @@ def set_state(
     now_ms: int,
     next_tick_ms: int | None,
     next_due_ms: int | None,
+    reason: StateReason | None = None,
 ) -> ScheduleRecord:
     """Write the state and exactly the given next tick/due (None clears them)."""
-    if state is not ScheduleState.ACTIVE and next_due_ms is not None:
-        raise InvalidArgument(f"a {state.value} schedule has no next_due_ms; got {next_due_ms}")
-    if state is ScheduleState.ACTIVE and (next_tick_ms is None or next_due_ms is None):
-        raise InvalidArgument("an active schedule needs next_tick_ms and next_due_ms")
     result = conn.execute(
         update(schedules)
         .where(schedules.c.name_key == name_key(name))
         .values(
-            state=state.value,
-            next_tick_ms=next_tick_ms,
-            next_due_ms=next_due_ms,
+            **state_values(state, next_tick_ms, next_due_ms, reason),
             failures=0,
             updated_at_ms=now_ms,
         )

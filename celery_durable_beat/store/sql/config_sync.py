@@ -24,7 +24,13 @@ from sqlalchemy.engine import Connection
 
 from celery_durable_beat.exceptions import InvalidArgument, StaleEpoch
 from celery_durable_beat.ids import name_key
-from celery_durable_beat.model import Definition, ScheduleState, Source, canonical_hash
+from celery_durable_beat.model import (
+    Definition,
+    ScheduleState,
+    Source,
+    StateReason,
+    canonical_hash,
+)
 from celery_durable_beat.store.base import (
     ConfigChange,
     StoredDigest,
@@ -112,6 +118,8 @@ def _rows(conn: Connection, keys: Sequence[str]) -> dict[str, SyncRow]:
         schedules.c.next_tick_ms,
         schedules.c.next_due_ms,
         schedules.c.definition,
+        schedules.c.state_reason,
+        schedules.c.buffered_tick_ms,
     ).where(schedules.c.name_key.in_(list(keys)))
     if conn.dialect.name == "postgresql":
         query = query.with_for_update()
@@ -127,6 +135,8 @@ def _rows(conn: Connection, keys: Sequence[str]) -> dict[str, SyncRow]:
             next_tick_ms=row.next_tick_ms,
             next_due_ms=row.next_due_ms,
             enabled=bool((row.definition or {}).get("enabled", True)),
+            state_reason=None if row.state_reason is None else StateReason(row.state_reason),
+            buffered_tick_ms=row.buffered_tick_ms,
         )
     return found
 
@@ -200,12 +210,16 @@ _STAGED = (
     "epoch",
     "created_at_ms",
     "updated_at_ms",
+    "state_reason",
+    "buffered_tick_ms",
+    "streak_from_ms",
 )
 
 _CREATE_STAGE = text(
     "CREATE TEMPORARY TABLE durable_beat_sync_stage ON COMMIT DROP AS "
     "SELECT name, name_key, definition, definition_hash, version, source, state, next_tick_ms, "
-    "next_due_ms, failures, epoch, created_at_ms, updated_at_ms "
+    "next_due_ms, failures, epoch, created_at_ms, updated_at_ms, state_reason, "
+    "buffered_tick_ms, streak_from_ms "
     "FROM durable_beat_schedules WITH NO DATA"
 )
 
@@ -250,6 +264,9 @@ _CHANGED = (
         next_tick_ms=bindparam("s_next_tick_ms"),
         next_due_ms=bindparam("s_next_due_ms"),
         failures=bindparam("s_failures"),
+        state_reason=bindparam("s_state_reason"),
+        buffered_tick_ms=bindparam("s_buffered_tick_ms"),
+        streak_from_ms=bindparam("s_streak_from_ms"),
         epoch=bindparam("s_epoch"),
         updated_at_ms=bindparam("s_updated_at_ms"),
     )
@@ -290,6 +307,8 @@ def _update(
             "next_tick_ms": None,
             "next_due_ms": None,
             "failures": 0,
+            "state_reason": None,
+            "buffered_tick_ms": None,
             **stamp,
         }
         conn.execute(update(schedules).where(schedules.c.id.in_(archived)).values(values))

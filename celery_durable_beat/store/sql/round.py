@@ -90,6 +90,8 @@ def due(conn: Connection, now_ms: int, limit: int) -> list[DueSchedule]:
             schedules.c.next_tick_ms,
             schedules.c.last_tick_ms,
             schedules.c.failures,
+            schedules.c.buffered_tick_ms,
+            schedules.c.streak_from_ms,
         )
         .where(schedules.c.next_due_ms <= now_ms)
         .order_by(schedules.c.next_due_ms)
@@ -111,6 +113,8 @@ def due(conn: Connection, now_ms: int, limit: int) -> list[DueSchedule]:
                 next_tick_ms=row.next_tick_ms,
                 last_tick_ms=row.last_tick_ms,
                 failures=row.failures,
+                buffered_tick_ms=row.buffered_tick_ms,
+                streak_from_ms=row.streak_from_ms,
             )
         )
     return found
@@ -246,13 +250,24 @@ def _advance_values(item: Advance, epoch: int, now: int) -> dict[str, Any]:
         "last_outcome": _value(item.last_outcome),
         "failures": item.failures,
         "state": item.state.value,
+        "state_reason": _value(item.state_reason),
+        "buffered_tick_ms": item.buffered_tick_ms,
         "epoch": epoch,
         "updated_at_ms": now,
     }
 
 
-_MOVED = ("next_tick_ms", "next_due_ms", "last_tick_ms", "failures", "last_outcome", "state")
-_TEXT_COLUMNS = frozenset({"last_outcome", "state"})
+_MOVED = (
+    "next_tick_ms",
+    "next_due_ms",
+    "last_tick_ms",
+    "failures",
+    "last_outcome",
+    "state",
+    "state_reason",
+    "buffered_tick_ms",
+)
+_TEXT_COLUMNS = frozenset({"last_outcome", "state", "state_reason"})
 
 
 def _advance_from_arrays() -> Any:
@@ -271,7 +286,8 @@ def _advance_from_arrays() -> Any:
         update(schedules)
         .where(
             schedules.c.id == given.c.id,
-            schedules.c.next_tick_ms == given.c.expected,
+            # NULL equals NULL here: a ``buffer_one`` tick may outlive the schedule's end_at.
+            schedules.c.next_tick_ms.is_not_distinct_from(given.c.expected),
             # A schedule paused or archived since the round read it stays where it is.
             schedules.c.state == ScheduleState.ACTIVE.value,
             _fenced(bindparam("a_epoch")),

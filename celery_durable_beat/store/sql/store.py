@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
 from celery_durable_beat.exceptions import InvalidArgument
-from celery_durable_beat.model import Definition, ScheduleState, Source
+from celery_durable_beat.model import Definition, ScheduleState, Source, StateReason
 from celery_durable_beat.store.base import (
     Advance,
     AuditEvent,
@@ -147,7 +147,7 @@ class SqlStore(LazyEngine):
         )
 
     def upsert(
-        self, definition: Definition, source: Source, first_tick_ms: int, now_ms: int
+        self, definition: Definition, source: Source, first_tick_ms: int | None, now_ms: int
     ) -> UpsertResult:
         return self._write(
             lambda conn: sql_admin.upsert(conn, definition, source, first_tick_ms, now_ms)
@@ -176,6 +176,7 @@ class SqlStore(LazyEngine):
         now_ms: int,
         next_tick_ms: int | None = None,
         next_due_ms: int | None = None,
+        reason: StateReason | None = None,
     ) -> ScheduleRecord:
         return self._write(
             lambda conn: sql_admin.set_state(
@@ -185,6 +186,7 @@ class SqlStore(LazyEngine):
                 now_ms=now_ms,
                 next_tick_ms=next_tick_ms,
                 next_due_ms=next_due_ms,
+                reason=reason,
             )
         )
 
