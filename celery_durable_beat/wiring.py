@@ -103,6 +103,7 @@ def make_publisher(app: Any, settings: Settings) -> CeleryPublisher:
 
 Gate = Callable[[DueSchedule, TickMessage], Reason | None]
 UnknownTasks = Callable[[Sequence[DueSchedule]], set[int]]
+FailedRuns = Callable[[Sequence[DueSchedule]], set[int]]
 
 
 def make_gate(app: Any, settings: Settings, store: Store) -> Gate | None:
@@ -124,6 +125,14 @@ def make_unknown_tasks(gate: Gate | None) -> UnknownTasks | None:
     from celery_durable_beat.worker.unknown import UnknownTaskWatch
 
     return UnknownTaskWatch(gate.runs) if isinstance(gate, OverlapGate) else None
+
+
+def make_failed_runs(gate: Gate | None) -> FailedRuns | None:
+    """The round's read of failing streaks (``pause_on_failure``), on the gate's run tracking."""
+    from celery_durable_beat.worker.overlap import OverlapGate
+    from celery_durable_beat.worker.streaks import FailedRunsWatch
+
+    return FailedRunsWatch(gate.runs) if isinstance(gate, OverlapGate) else None
 
 
 def make_observer(settings: Settings, store: Store, clock: Clock) -> RoundObserver:
@@ -189,6 +198,8 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
         gate=gate,
         still_leader=leadership.still_leader,
         unknown_tasks=make_unknown_tasks(gate),
+        failed_runs=make_failed_runs(gate),
+        recheck_ms=round(settings.poll_interval * 1000),
     )
     return BeatLoop(
         store,

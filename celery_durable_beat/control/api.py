@@ -55,9 +55,15 @@ from celery_durable_beat.exceptions import (
 )
 from celery_durable_beat.ids import format_tick_instant, manual_task_id, tick_task_id
 from celery_durable_beat.message import TickMessage, build_message
-from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
-from celery_durable_beat.policy import due_ms
-from celery_durable_beat.schedules.occurrences import next_tick
+from celery_durable_beat.model import (
+    Definition,
+    Outcome,
+    ScheduleState,
+    Source,
+    StateReason,
+    Trigger,
+)
+from celery_durable_beat.policy import due_ms, first_tick
 from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
@@ -306,7 +312,10 @@ class DurableBeat:
         if record.state is ScheduleState.PAUSED:
             return schedule_view(record)
         store = self.store
-        return schedule_view(store.set_state(record.name, ScheduleState.PAUSED, store.now_ms()))
+        paused = store.set_state(
+            record.name, ScheduleState.PAUSED, store.now_ms(), reason=StateReason.OPERATOR
+        )
+        return schedule_view(paused)
 
     def resume(self, name: str) -> ScheduleView:
         """Tick again from the first occurrence after now: the paused window is not replayed."""
@@ -317,8 +326,8 @@ class DurableBeat:
         store = self.store
         now = store.now_ms()
         # Never at or before a tick that already fired (a skewed SQLite host clock, say).
-        tick = next_tick(record.definition.spec, max(now, record.last_tick_ms or now))
-        due = due_ms(record.name, record.definition, tick)
+        tick = first_tick(record.definition, max(now, record.last_tick_ms or now))
+        due = None if tick is None else due_ms(record.name, record.definition, tick)
         updated = store.set_state(record.name, ScheduleState.ACTIVE, now, tick, due)
         return schedule_view(updated)
 

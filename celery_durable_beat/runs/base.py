@@ -57,6 +57,9 @@ class RunState(str, Enum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     REVOKED = "revoked"
+    EXPIRED = "expired"
+    """The tick's Celery ``expires`` passed before a worker started it: the worker discarded it
+    (Celery's ``task_revoked`` with ``expired``), so it never runs."""
     UNKNOWN = "unknown"
     UNKNOWN_TASK = "unknown_task"
     """No worker that received the tick has its task (Celery's ``task_unknown``): recorded by
@@ -64,7 +67,9 @@ class RunState(str, Enum):
     task may still claim it); the round counts it as an own-fault failure (SPEC §4, §6)."""
 
 
-FINAL_RUN_STATES = frozenset({RunState.SUCCEEDED, RunState.FAILED, RunState.REVOKED})
+FINAL_RUN_STATES = frozenset(
+    {RunState.SUCCEEDED, RunState.FAILED, RunState.REVOKED, RunState.EXPIRED}
+)
 """A run in one of these states is finished: it never blocks overlap and is never run again."""
 
 

@@ -48,6 +48,7 @@ elseif mode == 'owner' then
 elseif mode == 'unfinished' then
   local state = v and string.match(v, '^([^|]*)|')
   ok = v and state ~= 'succeeded' and state ~= 'failed' and state ~= 'revoked'
+    and state ~= 'expired'
 elseif mode == 'revoke' then
   ok = (not v) or string.match(v, '^([^|]*)|') == 'retried'
 end

@@ -299,13 +299,17 @@ def _on_postrun(
     runtime.leave(held, _end_state(state, retval))
 
 
-def _on_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
+def _on_revoked(
+    sender: Any = None, request: Any = None, expired: bool = False, **_: Any
+) -> None:
+    """A revoked tick, or one whose ``expires`` passed before it started (``expired``)."""
     installed = _installation(getattr(sender, "app", None))
     origin = periodic_origin(request)
     if installed is None or origin is None:
         return
     key = RunKey(str(request.id), origin.schedule, origin.tick_ms, origin.trigger.value)
-    installed.runtime().settle_elsewhere(key, RunState.REVOKED, WriteIf.ALWAYS)
+    state = RunState.EXPIRED if expired else RunState.REVOKED
+    installed.runtime().settle_elsewhere(key, state, WriteIf.ALWAYS)
 
 
 def _on_failure(

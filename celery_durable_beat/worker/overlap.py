@@ -14,6 +14,9 @@ previous tick never blocks forever.
 
 - ``skip``: an unfinished previous tick → this one is not published (audit ``skipped``, reason
   ``overlap``).
+- ``buffer_one``: the gate answers as for ``skip``; the round holds the first such tick (no
+  record yet, ``buffered_tick_ms`` on the row) and offers it to the gate again each recheck
+  until the previous run has ended, then publishes it; further ticks meanwhile are ``skipped``.
 - ``replace``: this tick is published, and once it is safe — its publish confirmed and its
   ``enqueued`` record committed, which the round tells ``flush`` after its audit write — the
   unfinished previous tick is revoked: ``revoked`` recorded for it if it has not started (so any
@@ -83,7 +86,7 @@ class OverlapGate:
         if due is not self._due:
             self._due, self._let_through = due, None
         previous = self._previous(due, message)
-        if previous is not None and policy is OverlapPolicy.SKIP:
+        if previous is not None and policy in (OverlapPolicy.SKIP, OverlapPolicy.BUFFER_ONE):
             log.debug(
                 "%s not enqueued: %s has not finished",
                 message.task_id,

@@ -56,6 +56,14 @@ SPEC_LIST_FIELDS = {
     "next_tick_ms",
     "last_tick_ms",
     "last_outcome",
+    # SPEC §2's schedule keys (null when unset) and why a paused schedule is paused
+    "start_at",
+    "end_at",
+    "expires",
+    "pause_on_failure",
+    "require_worker",
+    "state_reason",
+    "buffered_tick",
 }
 SPEC_EVENT_FIELDS = {
     "schedule",
