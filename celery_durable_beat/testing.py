@@ -66,6 +66,8 @@ class DispatchedTick:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     trigger: str
+    options: dict[str, Any]
+    """The publish options, ``expires`` included (an aware ``datetime`` or seconds)."""
 
 
 def parse_duration(value: timedelta | str) -> timedelta:
@@ -150,4 +152,5 @@ def _dispatched(message: TickMessage) -> DispatchedTick:
         args=tuple(message.args),
         kwargs=dict(message.kwargs),
         trigger=message.trigger.value,
+        options=dict(message.options),
     )

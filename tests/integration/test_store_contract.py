@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -19,7 +20,14 @@ from celery_durable_beat.exceptions import (
     StoreUnavailable,
 )
 from celery_durable_beat.ids import jitter_offset_ms, tick_task_id
-from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, Trigger
+from celery_durable_beat.model import (
+    Definition,
+    Outcome,
+    ScheduleState,
+    Source,
+    StateReason,
+    Trigger,
+)
 from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec
 from celery_durable_beat.store.base import Advance, AuditEvent, Store
 from celery_durable_beat.store.memory import MemoryStore
@@ -375,6 +383,56 @@ def test_advance_rejects_inconsistent_batches(store: Store) -> None:
         store.advance([moved(schedule_id, 1_000, 2_000, next_due_ms=None)], 0)
 
 
+def test_advance_holds_a_buffered_tick_and_ends_a_schedule(store: Store) -> None:
+    """SPEC §2/§6 columns every backend keeps: the ``buffer_one`` tick (also with no next tick
+    left), a schedule past its end (active, next tick and due NULL), and a pause's reason."""
+    held_id = add(store, "held", 1_000)
+    ended_id = add(store, "ended", 1_000)
+    paused_id = add(store, "failing", 1_000)
+    hold = moved(held_id, 1_000, 61_000, next_due_ms=2_000, buffered_tick_ms=1_000)
+    end = replace(moved(ended_id, 1_000, 0, next_due_ms=None), next_tick_ms=None)
+    pause = Advance(
+        schedule_id=paused_id,
+        expected_next_tick_ms=1_000,
+        next_tick_ms=1_000,
+        next_due_ms=None,
+        last_tick_ms=None,
+        last_outcome=Outcome.SKIPPED,
+        failures=0,
+        state=ScheduleState.PAUSED,
+        state_reason=StateReason.FAILURES,
+    )
+    assert store.advance([hold, end, pause], epoch=0) == [True, True, True]
+    held, ended, failing = store.get("held"), store.get("ended"), store.get("failing")
+    assert held is not None and ended is not None and failing is not None
+    assert (held.buffered_tick_ms, held.next_due_ms) == (1_000, 2_000)
+    assert (ended.state, ended.next_tick_ms, ended.next_due_ms) == (ScheduleState.ACTIVE, None, None)
+    assert (failing.state, failing.state_reason) == (ScheduleState.PAUSED, StateReason.FAILURES)
+    with store.claim_due(3_000, 10) as claim:
+        assert [(d.name, d.buffered_tick_ms) for d in claim.schedules] == [("held", 1_000)]
+    # The held tick with no next tick left (past end_at) stays due, compared as NULL = NULL.
+    past = replace(hold, expected_next_tick_ms=61_000, next_tick_ms=None)
+    assert store.advance([past], epoch=0) == [True]
+    done = replace(past, expected_next_tick_ms=None, buffered_tick_ms=None, next_due_ms=None)
+    assert store.advance([done], epoch=0) == [True]
+    cleared = store.get("held")
+    assert cleared is not None and cleared.buffered_tick_ms is None
+
+
+def test_set_state_reasons_and_the_failure_streak(store: Store) -> None:
+    add(store, "job", 1_000)
+    paused = store.set_state("job", ScheduleState.PAUSED, 5, reason=StateReason.OPERATOR)
+    assert paused.state_reason is StateReason.OPERATOR
+    resumed = store.set_state("job", ScheduleState.ACTIVE, 6, 60_000, 60_000)
+    assert resumed.state_reason is None
+    with store.claim_due(60_000, 10) as claim:
+        assert [d.streak_from_ms for d in claim.schedules] == [60_000]
+    ended = store.set_state("job", ScheduleState.ACTIVE, 7, None, None)  # past its end_at
+    assert (ended.next_tick_ms, ended.next_due_ms) == (None, None)
+    with pytest.raises(InvalidArgument):
+        store.set_state("job", ScheduleState.ACTIVE, 8, None, 9)
+
+
 # -- rule 6 and the control plane -----------------------------------------------------------------
 def test_upsert_created_unchanged_updated(store: Store) -> None:
     created = store.upsert(definition("Nightly"), Source.CONFIG, 60_000, now_ms=10)
@@ -473,8 +531,10 @@ def test_set_state_pause_resume_and_unknown_names(store: Store) -> None:
         9_100,
         60,
     )
-    with pytest.raises(InvalidArgument):
-        store.set_state("job", ScheduleState.ACTIVE, now_ms=70)
+    with pytest.raises(InvalidArgument):  # a tick without its due instant
+        store.set_state("job", ScheduleState.ACTIVE, now_ms=70, next_tick_ms=9_000)
+    with pytest.raises(InvalidArgument):  # only an active schedule is ever due
+        store.set_state("job", ScheduleState.PAUSED, now_ms=70, next_due_ms=9_000)
     with pytest.raises(ScheduleNotFound, match="nope"):
         store.set_state("nope", ScheduleState.PAUSED, now_ms=1)
 
