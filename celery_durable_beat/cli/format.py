@@ -80,11 +80,17 @@ def schedule_detail(detail: views.ScheduleDetail, ticks: Sequence[views.NextTick
         ("task", detail.task),
         ("schedule", f"{detail.schedule}  =  {detail.description}"),
         ("tz", detail.tz),
-        ("state", f"{detail.state}  (source {detail.source}, version {detail.version})"),
+        ("state", _state_text(detail)),
         ("missed", missed if missed != "backfill" else f"backfill (max {detail.backfill_max})"),
         ("overlap", detail.overlap),
         ("jitter", f"{detail.jitter:g}s"),
         ("max lateness", EMPTY if d.max_lateness is None else f"{d.max_lateness:g}s"),
+        ("starts", detail.start_at),
+        ("ends", detail.end_at),
+        ("expires", _expires_text(detail.expires)),
+        ("pause on failure", _failures_text(detail.pause_on_failure)),
+        ("require worker", "yes" if detail.require_worker else None),
+        ("buffered tick", detail.buffered_tick),
         ("args", _compact(detail.args) if detail.args else None),
         ("kwargs", _compact(detail.kwargs) if detail.kwargs else None),
         ("options", _compact(detail.options) if detail.options else None),
@@ -92,14 +98,38 @@ def schedule_detail(detail: views.ScheduleDetail, ticks: Sequence[views.NextTick
     ]
     if detail.overdue is not None:
         rows.append(("overdue", overdue_text(detail.overdue, detail.missed)))
+    elif detail.next_tick is None and detail.state == "active" and detail.end_at is not None:
+        rows.append(("next tick", f"none: ended {detail.end_at}"))
     else:
         rows.append(("next tick", detail.next_tick))
+    rows = [(label, value) for label, value in rows if value is not None or label in _ALWAYS]
     if detail.about:
         rows.insert(1, ("about", detail.about))
     lines = table(None, rows)
     lines.append("")
     lines.extend(next_ticks_table(ticks, detail.tz, state=detail.state))
     return lines
+
+
+_ALWAYS = frozenset({"args", "kwargs", "options", "last tick", "next tick"})
+"""Rows ``show`` prints even when empty; the others appear only when the schedule sets them."""
+
+
+def _state_text(detail: views.ScheduleDetail) -> str:
+    why = f", {detail.state_reason}" if detail.state_reason else ""
+    return f"{detail.state}{why}  (source {detail.source}, version {detail.version})"
+
+
+def _expires_text(expires: float | str | None) -> str | None:
+    if expires is None:
+        return None
+    return "at the next tick" if isinstance(expires, str) else f"{expires:g}s after dispatch"
+
+
+def _failures_text(count: int | None) -> str | None:
+    return (
+        None if count is None else f"after {count} failed run{'s' if count != 1 else ''} in a row"
+    )
 
 
 def overdue_text(overdue: views.Overdue, policy: str) -> str:

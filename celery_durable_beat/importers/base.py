@@ -28,8 +28,9 @@ from celery_durable_beat.ids import name_key
 STATUSES = ("created", "updated", "unchanged", "refused")
 """The word that starts each entry's outcome, in the order the total counts them."""
 
-NO_BOUNDS_YET = "start_at/end_at come later"
-"""Why bounded and one-shot entries are refused for now (SPEC §2 names the keys to come)."""
+ONE_SHOT = "run it once with `durable-beat trigger` instead"
+"""What to do with a peer's one-shot entry (``one_off``, ``clocked``): a schedule here always
+repeats, and one that disables itself after a run has no counterpart."""
 
 
 class Unreadable(Exception):
@@ -61,7 +62,7 @@ class ImportLine:
         return {"name": self.name, "status": self.status, "reason": self.reason}
 
     def text(self) -> str:
-        """``nightly: created``; ``report: refused: one_off has no counterpart yet (...)``."""
+        """``nightly: created``; ``report: refused: solar schedules have no counterpart (...)``."""
         tail = self.status if self.reason is None else f"{self.status}: {self.reason}"
         return f"{self.name}: {tail}"
 
@@ -137,7 +138,7 @@ def periodic_task_entry(
     name = str(task["name"])
     if isinstance(schedule, PeerEntry):
         return schedule
-    refusal = _bounds_refusal(task, now)
+    refusal = _one_shot_refusal(task, now)
     if refusal is not None:
         return PeerEntry.refuse(name, refusal)
     entry: dict[str, Any] = {
@@ -154,38 +155,43 @@ def periodic_task_entry(
         entry["options"] = options
     if task.get("description"):
         entry["description"] = str(task["description"])
+    if task.get("expire_seconds"):
+        entry["expires"] = int(task["expire_seconds"])
+    entry.update(_bounds(task, now))
     return PeerEntry(name, entry)
 
 
-def _bounds_refusal(task: Mapping[str, Any], now: datetime) -> str | None:
-    """``one_off``, a ``start_time`` still to come, an ``expires`` end: no counterpart yet.
-
-    A ``start_time`` already past bounds nothing any more (no tick before now is planned
-    anyway), so it is carried as is.
-    """
-    if task.get("one_off"):
-        return f"one_off has no counterpart yet ({NO_BOUNDS_YET})"
+def _bounds(task: Mapping[str, Any], now: datetime) -> dict[str, datetime]:
+    """``start_time`` → ``start_at`` while it is still to come (one already past bounds
+    nothing: no tick before now is planned anyway); ``expires`` → ``end_at``."""
+    bounds: dict[str, datetime] = {}
     start = aware(task.get("start_time"))
     if start is not None and start > now:
-        return f"start_time {start.isoformat()} has no counterpart yet ({NO_BOUNDS_YET})"
+        bounds["start_at"] = start
+    end = aware(task.get("expires"))
+    if end is not None:
+        bounds["end_at"] = end
+    return bounds
+
+
+def _one_shot_refusal(task: Mapping[str, Any], now: datetime) -> str | None:
+    """``one_off`` has no counterpart; an ``expires`` already past leaves nothing to run."""
+    if task.get("one_off"):
+        return f"one_off (disable after one run) has no counterpart; {ONE_SHOT}"
     end = aware(task.get("expires"))
     if end is not None and end <= now:
         return f"expired at {end.isoformat()} (expires): nothing left to run"
-    if end is not None:
-        return f"expires {end.isoformat()} (an end) has no counterpart yet ({NO_BOUNDS_YET})"
     return None
 
 
 def _options(task: Mapping[str, Any]) -> dict[str, Any]:
-    """queue, exchange, routing_key, priority, expire_seconds (the message's ``expires``),
-    headers: the peer's per-message options, only those it sets."""
+    """queue, exchange, routing_key, priority, headers: the peer's per-message options, only
+    those it sets (``expire_seconds`` becomes the entry's own ``expires``)."""
     options: dict[str, Any] = {
         key: task[key]
         for key in ("queue", "exchange", "routing_key", "priority")
         if task.get(key) not in (None, "")
     }
-    if task.get("expire_seconds"):
-        options["expires"] = int(task["expire_seconds"])
     headers = _json(task, "headers", dict, {})
     if headers:
         options["headers"] = headers

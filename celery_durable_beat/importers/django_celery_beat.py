@@ -2,8 +2,8 @@
 
 ``django_celery_beat_periodictask`` points at one of four schedule tables through nullable
 foreign keys (``interval_id``, ``crontab_id``, ``solar_id``, ``clocked_id``). Interval and
-crontab schedules are carried; solar and clocked ones are refused, as are the bounds the SPEC has
-no counterpart for yet (``one_off``, a future ``start_time``, an ``expires`` end). A crontab's
+crontab schedules are carried, with ``start_time`` / ``expires`` as ``start_at`` / ``end_at``;
+solar and clocked ones are refused, as is ``one_off`` (one-shot runs are triggers here). A crontab's
 ``timezone`` column becomes the entry's ``tz``.
 """
 
@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from celery_durable_beat.importers.base import (
-    NO_BOUNDS_YET,
+    ONE_SHOT,
     PeerEntry,
     Unreadable,
     crontab_schedule,
@@ -66,7 +66,7 @@ def _schedule(
         reason = "solar schedules have no counterpart (use a cron expression with a tz)"
         return PeerEntry.refuse(name, reason), None
     if task.get("clocked_id") is not None:
-        reason = f"clocked (one-off at an instant) has no counterpart yet ({NO_BOUNDS_YET})"
+        reason = f"clocked (one run at an instant) has no counterpart; {ONE_SHOT}"
         return PeerEntry.refuse(name, reason), None
     raise Unreadable("no schedule: interval, crontab, solar and clocked are all empty")
 

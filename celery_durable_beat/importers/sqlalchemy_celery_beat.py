@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from celery_durable_beat.importers.base import (
-    NO_BOUNDS_YET,
+    ONE_SHOT,
     PeerEntry,
     Unreadable,
     crontab_schedule,
@@ -29,7 +29,7 @@ INTERVALS = "celery_intervalschedule"
 CRONTABS = "celery_crontabschedule"
 REFUSED = {
     "solarschedule": "solar schedules have no counterpart (use a cron expression with a tz)",
-    "clockedschedule": f"clocked (one-off at an instant) has no counterpart yet ({NO_BOUNDS_YET})",
+    "clockedschedule": f"clocked (one run at an instant) has no counterpart; {ONE_SHOT}",
 }
 
 

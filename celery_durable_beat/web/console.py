@@ -187,6 +187,7 @@ def _row(view: ScheduleView) -> dict[str, Any]:
         "next_tick": view.next_tick,
         "last_tick": None if view.last_tick_ms is None else tick_isoformat(view.last_tick_ms, tz),
         "state": view.state,
+        "state_reason": view.state_reason,
         "last_outcome": view.last_outcome,
         "source": view.source,
     }

@@ -29,6 +29,13 @@ class ScheduleOut(BaseModel):
     next_tick_ms: int | None
     last_tick_ms: int | None
     last_outcome: str | None
+    start_at: str | None
+    end_at: str | None
+    expires: float | Literal["next_tick"] | None
+    pause_on_failure: int | None
+    require_worker: bool | None
+    state_reason: Literal["operator", "disabled", "failures"] | None
+    buffered_tick: str | None
 
 
 class OverdueOut(BaseModel):

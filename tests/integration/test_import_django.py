@@ -27,20 +27,20 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 KIND = "django-celery-beat"
 AFTER = datetime(2026, 6, 1, 12, 7, tzinfo=timezone.utc)  # far from any DST change
-BOUND = "(start_at/end_at come later)"
+ONE_SHOT = "run it once with `durable-beat trigger` instead"
 EXPECTED = {
     "at-sunrise": "refused: solar schedules have no counterpart (use a cron expression with a tz)",
     "bad-args": "refused: unreadable: args is not JSON",
-    "clocked-once": f"refused: clocked (one-off at an instant) has no counterpart yet {BOUND}",
+    "clocked-once": f"refused: clocked (one run at an instant) has no counterpart; {ONE_SHOT}",
     "disabled-hourly": "created",
     "ended": "refused: expired at 2024-01-01T00:00:00+00:00 (expires): nothing left to run",
-    "ends-later": "refused: expires 2099-01-01T00:00:00+00:00 (an end) has no counterpart yet",
+    "ends-later": "created",
     "every-90s": "created",
-    "expired-one-off": f"refused: one_off has no counterpart yet {BOUND}",
+    "expired-one-off": f"refused: one_off (disable after one run) has no counterpart; {ONE_SHOT}",
     "first-monday-berlin": "created",
     "quarter-hour-ny": "created",
     "started-long-ago": "created",
-    "starts-later": "refused: start_time 2099-01-01T00:00:00+00:00 has no counterpart yet",
+    "starts-later": "created",
 }
 
 
@@ -75,7 +75,7 @@ def test_every_field_is_mapped_and_every_refusal_says_why(
     assert set(lines) == set(EXPECTED)
     for name, expected in EXPECTED.items():
         assert lines[name].startswith(expected), (name, lines[name])
-    assert report.totals() == {"created": 5, "updated": 0, "unchanged": 0, "refused": 7}
+    assert report.totals() == {"created": 7, "updated": 0, "unchanged": 0, "refused": 5}
 
     every = beat.store.get("every-90s")
     assert every is not None
@@ -85,17 +85,20 @@ def test_every_field_is_mapped_and_every_refusal_says_why(
     assert beat.get("every-90s").schedule == "@every 90s"
     assert list(definition.args) == [1, "two"]
     assert dict(definition.kwargs) == {"depth": {"max": 3}}
+    assert definition.expires == 300  # expire_seconds, as the entry's own expires
     assert dict(definition.options) == {
         "queue": "reports",
         "exchange": "reports-ex",
         "routing_key": "reports.rk",
         "priority": 7,
-        "expires": 300,
         "headers": {"tenant": "acme"},
     }
     assert definition.description == "Every ninety seconds"
     assert beat.get("disabled-hourly").state == "paused"
     assert beat.get("started-long-ago").state == "active"
+    assert beat.get("starts-later").start_at == "2099-01-01T00:00:00+00:00"
+    assert beat.get("starts-later").next_tick == "2099-01-01T00:00:00+00:00"
+    assert beat.get("ends-later").end_at == "2099-01-01T00:00:00+00:00"
 
     # nothing replayed: every first tick is after the import
     now_ms = beat.store.now_ms()
@@ -119,13 +122,13 @@ def test_every_field_is_mapped_and_every_refusal_says_why(
     # a second run changes nothing: every carried entry unchanged, the rows untouched
     before = store_rows(sqlite_url)
     again = import_schedules(beat, KIND, django_source)
-    assert again.totals() == {"created": 0, "updated": 0, "unchanged": 5, "refused": 7}
+    assert again.totals() == {"created": 0, "updated": 0, "unchanged": 7, "refused": 5}
     assert store_rows(sqlite_url) == before
 
 
 def test_dry_run_writes_nothing(django_source: str, beat: DurableBeat, sqlite_url: str) -> None:
     report = import_schedules(beat, KIND, django_source, dry_run=True)
-    assert report.totals()["created"] == 5
+    assert report.totals()["created"] == 7
     assert report.text()[-1].startswith("dry run, nothing written: 12 entries")
     assert beat.list() == []
     import_schedules(beat, KIND, django_source)
@@ -169,15 +172,15 @@ def test_the_cli_imports_and_fails_in_one_line(tmp_path: Path, sqlite_url: str) 
     dry = cli("--from", KIND, source, "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["totals"] == {
-        "created": 5,
+        "created": 7,
         "updated": 0,
         "unchanged": 0,
-        "refused": 7,
+        "refused": 5,
     }
     first = cli("--from", KIND, source)
     assert first.returncode == 0, first.stderr
     assert "every-90s: created" in first.stdout.splitlines()
-    assert first.stdout.splitlines()[-1].endswith("5 created, 0 updated, 0 unchanged, 7 refused")
+    assert first.stdout.splitlines()[-1].endswith("7 created, 0 updated, 0 unchanged, 5 refused")
     second = cli("--from", KIND, source, "--json")
     entries = {e["name"]: e for e in json.loads(second.stdout)["entries"]}
     assert {e["status"] for e in entries.values()} == {"unchanged", "refused"}

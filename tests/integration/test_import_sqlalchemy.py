@@ -23,10 +23,10 @@ KIND = "sqlalchemy-celery-beat"
 AFTER = datetime(2026, 6, 1, 12, 7, tzinfo=timezone.utc)
 EXPECTED = {
     "at-sunrise": "refused: solar schedules have no counterpart",
-    "clocked-once": "refused: clocked (one-off at an instant) has no counterpart yet",
+    "clocked-once": "refused: clocked (one run at an instant) has no counterpart",
     "disabled-hourly": "created",
     "every-90s": "created",
-    "expired-one-off": "refused: one_off has no counterpart yet (start_at/end_at come later)",
+    "expired-one-off": "refused: one_off (disable after one run) has no counterpart",
     "first-monday-berlin": "created",
     "quarter-hour-ktm": "created",
 }
@@ -70,12 +70,12 @@ def test_import_maps_refuses_and_is_idempotent(
     assert beat.get("every-90s").schedule == "@every 90s"
     assert list(every.definition.args) == [1, "two"]
     assert dict(every.definition.kwargs) == {"depth": {"max": 3}}
+    assert every.definition.expires == 300  # expire_seconds, as the entry's own expires
     assert dict(every.definition.options) == {
         "queue": "reports",
         "exchange": "reports-ex",
         "routing_key": "reports.rk",
         "priority": 7,
-        "expires": 300,
         "headers": {"tenant": "acme"},
     }
     assert every.definition.description == "Every ninety seconds"

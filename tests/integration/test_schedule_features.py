@@ -83,7 +83,9 @@ def test_buffer_one_holds_one_tick_and_survives_a_beat_kill(make_rig: Any) -> No
     events = rig.history("slow")
     enqueued = [e for e in events if e.outcome.value == "enqueued"]
     held_event = next(e for e in enqueued if e.task_id == held_id)
-    assert (held_event.lag_ms or 0) > 1000  # published when the previous run ended, with its real lag
+    assert (
+        held_event.lag_ms or 0
+    ) > 1000  # published when the previous run ended, with its real lag
     assert any(e.outcome.value == "skipped" and e.reason == "overlap" for e in events)
     assert len({e.task_id for e in enqueued}) == len(enqueued)  # one record per tick
     ran = [r["id"] for r in rig.rows("start")]
@@ -106,12 +108,14 @@ def test_expires_next_tick_lets_workers_discard_ticks_they_started_too_late(
     rig.worker("solo")
     # The backlog is dropped, not worked through: every tick but the newest had expired.
     expired = wait_until(
-        lambda: len(found := [e for e in rig.history("fresh") if e.run_state == "expired"]) >= 2
-        and found,
+        lambda: (
+            len(found := [e for e in rig.history("fresh") if e.run_state == "expired"]) >= 2
+            and found
+        ),
         30,
         "2 expired ticks in history",
     )
-    wait_until(lambda: rig.rows(), 30, "a tick executed once the worker is up")
+    wait_until(rig.rows, 30, "a tick executed once the worker is up")
     ran = {r["id"] for r in rig.rows()}
     assert not ran & {e.task_id for e in expired}  # a discarded tick never ran
 

@@ -406,7 +406,11 @@ def test_advance_holds_a_buffered_tick_and_ends_a_schedule(store: Store) -> None
     held, ended, failing = store.get("held"), store.get("ended"), store.get("failing")
     assert held is not None and ended is not None and failing is not None
     assert (held.buffered_tick_ms, held.next_due_ms) == (1_000, 2_000)
-    assert (ended.state, ended.next_tick_ms, ended.next_due_ms) == (ScheduleState.ACTIVE, None, None)
+    assert (ended.state, ended.next_tick_ms, ended.next_due_ms) == (
+        ScheduleState.ACTIVE,
+        None,
+        None,
+    )
     assert (failing.state, failing.state_reason) == (ScheduleState.PAUSED, StateReason.FAILURES)
     with store.claim_due(3_000, 10) as claim:
         assert [(d.name, d.buffered_tick_ms) for d in claim.schedules] == [("held", 1_000)]

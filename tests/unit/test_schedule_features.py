@@ -177,7 +177,10 @@ def test_frozen_beat_ticks_only_between_start_and_end(frozen: Any) -> None:
     assert record.state is ScheduleState.ACTIVE and record.next_tick_ms is None
     view = schedule_view(record)
     assert view.next_tick is None and view.state == "active"  # listed, no new state
-    assert (view.start_at, view.end_at) == ("2026-03-07T05:30:00+00:00", "2026-03-07T09:00:00+00:00")
+    assert (view.start_at, view.end_at) == (
+        "2026-03-07T05:30:00+00:00",
+        "2026-03-07T09:00:00+00:00",
+    )
     detail = schedule_detail(
         record, now_ms=beat.store.now_ms(), count=5, after_ms=None, redact_keys=()
     )
@@ -187,7 +190,12 @@ def test_frozen_beat_ticks_only_between_start_and_end(frozen: Any) -> None:
 
 
 def test_an_outage_across_the_end_fires_only_ticks_up_to_it(frozen: Any) -> None:
-    entry = {"task": "t", "schedule": "@hourly", "missed": "backfill", "end_at": "2026-03-07T03:00Z"}
+    entry = {
+        "task": "t",
+        "schedule": "@hourly",
+        "missed": "backfill",
+        "end_at": "2026-03-07T03:00Z",
+    }
     beat = frozen({"ending": entry}, "2026-03-07T00:00:00Z")
     beat.advance("6h", beat_running=False)
     assert [t.tick.hour for t in beat.advance("1s")] == [1, 2, 3]
@@ -196,7 +204,9 @@ def test_an_outage_across_the_end_fires_only_ticks_up_to_it(frozen: Any) -> None
 
 def test_a_schedule_declared_after_its_end_is_listed_with_no_next_tick() -> None:
     store = MemoryStore(clock=lambda: T0)
-    gone = validate_entry("gone", {"task": "t", "schedule": "@hourly", "end_at": "2020-01-01T00:00:00Z"})
+    gone = validate_entry(
+        "gone", {"task": "t", "schedule": "@hourly", "end_at": "2020-01-01T00:00:00Z"}
+    )
     sync_definitions(store, [gone], T0, epoch=0)
     record = store.get("gone")
     assert record is not None
