@@ -447,9 +447,7 @@ def _plan_all(
 
 def _quarantine_unplannable(due: DueSchedule, now_ms: int, stats: RoundStats) -> Advance:
     stats.events.append(
-        records.event(
-            due, records.position(due), None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms
-        )
+        records.event(due, records.position(due), None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
     )
     return records.quarantine(due, due.failures)
 
