@@ -74,6 +74,9 @@ class Settings(BaseModel):
     dedup_ttl: float = Field(86_400.0, gt=0)
     run_ttl: float = Field(60.0, ge=1)
     queued_ttl: float = Field(3_600.0, gt=0)
+    worker_ttl: float = Field(60.0, gt=0)
+    """Seconds after which a worker with ``install(app)`` that has not announced itself counts
+    as gone (``require_worker``, ``status``); workers announce every third of it."""
 
     @classmethod
     def from_conf(cls, conf: Any, environ: dict[str, str] | None = None) -> Settings:

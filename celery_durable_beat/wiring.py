@@ -20,6 +20,7 @@ from celery_durable_beat.urls import redact_url
 if TYPE_CHECKING:
     from celery_durable_beat.lease.redis import RedisLease
     from celery_durable_beat.publish import CeleryPublisher
+    from celery_durable_beat.runs.sql import SqlRunStore
 
 
 def make_store(settings: Settings) -> Store:
@@ -104,6 +105,7 @@ def make_publisher(app: Any, settings: Settings) -> CeleryPublisher:
 Gate = Callable[[DueSchedule, TickMessage], Reason | None]
 UnknownTasks = Callable[[Sequence[DueSchedule]], set[int]]
 FailedRuns = Callable[[Sequence[DueSchedule]], set[int]]
+WorkerCheck = Callable[[], Callable[[TickMessage], bool]]
 
 
 def make_gate(app: Any, settings: Settings, store: Store) -> Gate | None:
@@ -133,6 +135,26 @@ def make_failed_runs(gate: Gate | None) -> FailedRuns | None:
     from celery_durable_beat.worker.streaks import FailedRunsWatch
 
     return FailedRunsWatch(gate.runs) if isinstance(gate, OverlapGate) else None
+
+
+def make_worker_check(app: Any, settings: Settings, gate: Gate | None) -> WorkerCheck | None:
+    """The round's ``require_worker`` check (SPEC §2): live workers read from the gate's run
+    tracking (one engine for both, closed with the gate), queues resolved by ``app``'s router."""
+    from celery_durable_beat.worker.overlap import OverlapGate
+    from celery_durable_beat.worker.presence import QueueWatch
+
+    if not isinstance(gate, OverlapGate):
+        return None
+    return QueueWatch(app, gate.runs, settings.worker_ttl)
+
+
+def make_worker_registry(store: Store) -> SqlRunStore | None:
+    """Where ``status`` reads the live workers: the run tracking on a SQL store's URL (built
+    without connecting); None for a store with no such table (the in-memory one)."""
+    from celery_durable_beat.runs.factory import make_tracking
+    from celery_durable_beat.store.sql import SqlStore
+
+    return make_tracking(store.url) if isinstance(store, SqlStore) else None
 
 
 def make_observer(settings: Settings, store: Store, clock: Clock) -> RoundObserver:
@@ -200,6 +222,7 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
         unknown_tasks=make_unknown_tasks(gate),
         failed_runs=make_failed_runs(gate),
         recheck_ms=round(settings.poll_interval * 1000),
+        worker_check=make_worker_check(app, settings, gate),
     )
     return BeatLoop(
         store,

@@ -226,8 +226,19 @@ def status_lines(status: views.StatusView) -> list[str]:
             ("fencing epoch", status.epoch),
             ("schedules", counts),
             ("due now", status.due_backlog),
+            *_worker_rows(status),
         ],
     )
+
+
+def _worker_rows(status: views.StatusView) -> list[tuple[str, str]]:
+    """One row per live worker (hostname, queues, last seen); says so when there is none."""
+    if not status.workers:
+        return [("workers", "none seen (workers announce themselves with install(app))")]
+    return [
+        ("worker", f"{w.hostname}  queues {', '.join(w.queues) or EMPTY}  seen {w.last_seen}")
+        for w in status.workers
+    ]
 
 
 def _leader(status: views.StatusView) -> str:

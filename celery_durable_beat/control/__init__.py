@@ -14,6 +14,7 @@ from celery_durable_beat.control.views import (
     StatusView,
     TriggerResult,
     UpsertStatus,
+    WorkerView,
 )
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "StatusView",
     "TriggerResult",
     "UpsertStatus",
+    "WorkerView",
 ]

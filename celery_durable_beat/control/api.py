@@ -40,6 +40,7 @@ from celery_durable_beat.control.views import (
     StatusView,
     TriggerResult,
     UpsertStatus,
+    WorkerView,
     decode_cursor,
     encode_cursor,
     event_view,
@@ -69,7 +70,12 @@ from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import AuditEvent, LeaderInfo, ScheduleRecord, Store
 from celery_durable_beat.sync import first_tick_ms
-from celery_durable_beat.wiring import make_lease_reader, make_publisher, make_store
+from celery_durable_beat.wiring import (
+    make_lease_reader,
+    make_publisher,
+    make_store,
+    make_worker_registry,
+)
 
 __all__ = [
     "COUNT_LIMIT",
@@ -85,6 +91,8 @@ __all__ = [
     "StatusView",
     "TriggerResult",
     "UpsertStatus",
+    "WorkerRegistry",
+    "WorkerView",
 ]
 
 HISTORY_LIMIT = (1, 100)
@@ -105,12 +113,36 @@ class LeaseHolder(Protocol):
         """Release connections; idempotent."""
 
 
+class SeenWorker(Protocol):
+    """A worker as the registry last saw it (``runs.base.WorkerSeen``)."""
+
+    @property
+    def hostname(self) -> str: ...
+
+    @property
+    def queues(self) -> tuple[str, ...]: ...
+
+    @property
+    def last_seen_ms(self) -> int: ...
+
+
+class WorkerRegistry(Protocol):
+    """Reads the workers that announced themselves (the store's run tracking; ``MemoryRuns``)."""
+
+    def live_workers(self, ttl_ms: int) -> Sequence[SeenWorker]:
+        """Those seen within ``ttl_ms`` of the registry's now, ordered by hostname."""
+
+    def close(self) -> None:
+        """Release connections; idempotent."""
+
+
 class DurableBeat:
     """Steer the schedules of a Celery app: read, change, pause, run now, audit.
 
     The store is built from ``app.conf`` on first use and its schema checked then (created on an
     empty database, refused when outdated), so constructing one is free. ``store``,
-    ``publisher`` and ``lease_reader`` may be injected, e.g. a ``CapturingPublisher`` in tests.
+    ``publisher``, ``lease_reader`` and ``workers`` (where ``status`` reads live workers) may be
+    injected, e.g. a ``CapturingPublisher`` or ``MemoryRuns`` in tests.
     """
 
     def __init__(
@@ -121,12 +153,16 @@ class DurableBeat:
         publisher: Publisher | None = None,
         settings: Settings | None = None,
         lease_reader: LeaseHolder | None = None,
+        workers: WorkerRegistry | None = None,
     ) -> None:
         self.app = app
         self.settings = settings or Settings.from_conf(app.conf)
         self._store = store
         self._publisher = publisher
         self._reader = lease_reader
+        self._workers = workers
+        self._find_workers = workers is None  # made from the store on first use
+        self._made_workers = False  # ... and then closed with this object
         self._schema_checked = False
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -153,6 +189,8 @@ class DurableBeat:
     def close(self) -> None:
         if self._reader is not None:
             self._reader.close()
+        if self._workers is not None and self._made_workers:
+            self._workers.close()
         if self._store is not None:
             self._store.close()
 
@@ -272,6 +310,25 @@ class DurableBeat:
             due_backlog=store.due_backlog(now),
             now_ms=now,
             lease_expires_at_ms=expires,
+            workers=self._live_workers(store),
+        )
+
+    def _live_workers(self, store: Store) -> tuple[WorkerView, ...]:
+        """Workers seen within ``durable_beat_worker_ttl`` (none without a registry)."""
+        if self._find_workers:
+            self._workers = make_worker_registry(store)
+            self._find_workers, self._made_workers = False, True
+        if self._workers is None:
+            return ()
+        seen = self._workers.live_workers(round(self.settings.worker_ttl * 1000))
+        return tuple(
+            WorkerView(
+                hostname=w.hostname,
+                queues=tuple(w.queues),
+                last_seen=format_tick_instant(w.last_seen_ms),
+                last_seen_ms=w.last_seen_ms,
+            )
+            for w in seen
         )
 
     def _lease_reader(self) -> LeaseHolder | None:

@@ -209,8 +209,23 @@ class TriggerResult:
 
 
 @dataclass(frozen=True)
+class WorkerView:
+    """A live worker that ran ``install(app)``: its node name, the queues it consumes and when
+    it last announced itself (ISO 8601 UTC, on the store's clock)."""
+
+    hostname: str
+    queues: tuple[str, ...]
+    last_seen: str
+    last_seen_ms: int = field(compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hostname": self.hostname, "queues": list(self.queues), "last_seen": self.last_seen}
+
+
+@dataclass(frozen=True)
 class StatusView:
-    """Leadership and load. ``leader`` is None when nobody holds an unexpired lease."""
+    """Leadership, load and live workers. ``leader`` is None when nobody holds an unexpired
+    lease; ``workers`` are those seen within ``durable_beat_worker_ttl``, by hostname."""
 
     leader: str | None
     epoch: int
@@ -219,6 +234,7 @@ class StatusView:
     due_backlog: int
     now_ms: int = field(compare=False)
     lease_expires_at_ms: int | None = field(compare=False)
+    workers: tuple[WorkerView, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -227,6 +243,7 @@ class StatusView:
             "lease_expires_at": self.lease_expires_at,
             "counts": dict(self.counts),
             "due_backlog": self.due_backlog,
+            "workers": [worker.to_json() for worker in self.workers],
         }
 
 

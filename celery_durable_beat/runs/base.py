@@ -39,6 +39,9 @@ expiry instant is before that clock's now.
    by ``ids.name_key``) before a given tick, with its run; ``states`` reads the states of many
    task ids at once (expired or not; absent ids are left out); ``prune_runs`` deletes expired
    rows whose ``enqueued`` record is gone.
+8. **Workers.** ``announce_worker`` upserts a worker's row (its queues, last seen = now);
+   ``forget_worker`` deletes it; ``live_workers(ttl_ms)`` lists the workers last seen at or
+   after now - ``ttl_ms``, ordered by hostname (``require_worker``, ``status``).
 """
 
 from __future__ import annotations
@@ -141,6 +144,17 @@ class PreviousTick:
     now_ms: int
 
 
+@dataclass(frozen=True)
+class WorkerSeen:
+    """A worker that ran ``install(app)``, as it last announced itself (rule 8)."""
+
+    hostname: str
+    queues: tuple[str, ...]
+    """The names of the queues it consumes."""
+    last_seen_ms: int
+    """When it last announced itself, on the backend's clock."""
+
+
 class Claims(Protocol):
     """The dedup claims of ticks (rules 1-6 of the module docstring)."""
 
@@ -215,6 +229,15 @@ class RunTracking(Protocol):
 
     def prune_runs(self, limit: int) -> int:
         """Delete up to ``limit`` expired rows whose ``enqueued`` record is gone (rule 7)."""
+
+    def announce_worker(self, hostname: str, queues: Sequence[str]) -> None:
+        """Record that ``hostname`` is alive now and consumes ``queues`` (rule 8)."""
+
+    def forget_worker(self, hostname: str) -> None:
+        """Drop ``hostname``'s row: it shut down (rule 8)."""
+
+    def live_workers(self, ttl_ms: int) -> list[WorkerSeen]:
+        """The workers seen within ``ttl_ms`` of now, ordered by hostname (rule 8)."""
 
     def close(self) -> None:
         """Release connections; idempotent."""

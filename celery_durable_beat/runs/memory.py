@@ -32,6 +32,7 @@ from celery_durable_beat.runs.base import (
     RunRecord,
     RunState,
     RunWrite,
+    WorkerSeen,
     WriteIf,
 )
 
@@ -59,6 +60,7 @@ class MemoryRuns:
         self._attempts: dict[str, int] = {}
         self._enqueued: list[_Enqueued] = []
         self._counters: Counter[str] = Counter()
+        self._workers: dict[str, WorkerSeen] = {}
         self._lock = threading.Lock()
 
     # -- what the audit would hold ------------------------------------------------------------
@@ -217,6 +219,22 @@ class MemoryRuns:
                 del self._rows[task_id]
                 self._attempts.pop(task_id, None)
         return len(doomed)
+
+    # -- worker presence (rule 8) ---------------------------------------------------------------
+    def announce_worker(self, hostname: str, queues: Sequence[str]) -> None:
+        with self._lock:
+            seen = WorkerSeen(hostname, tuple(queues), self.clock.now_ms())
+            self._workers[hostname] = seen
+
+    def forget_worker(self, hostname: str) -> None:
+        with self._lock:
+            self._workers.pop(hostname, None)
+
+    def live_workers(self, ttl_ms: int) -> list[WorkerSeen]:
+        with self._lock:
+            floor = self.clock.now_ms() - ttl_ms
+            live = [w for w in self._workers.values() if w.last_seen_ms >= floor]
+        return sorted(live, key=lambda worker: worker.hostname)
 
     def close(self) -> None:
         """Nothing to release."""

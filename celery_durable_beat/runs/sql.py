@@ -34,10 +34,11 @@ from celery_durable_beat.runs.base import (
     RunRecord,
     RunState,
     RunWrite,
+    WorkerSeen,
     WriteIf,
 )
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, insert_into
-from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs
+from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs, workers
 
 if TYPE_CHECKING:
     from celery_durable_beat.runs.base import Claims, RunTracking
@@ -273,6 +274,38 @@ class SqlRunStore(LazyEngine):
         )
         stmt = runs.delete().where(runs.c.task_id.in_(doomed))
         return int(self._write(lambda conn: conn.execute(stmt).rowcount))
+
+    # -- worker presence (rule 8) ---------------------------------------------------------------
+    def announce_worker(self, hostname: str, queues: Sequence[str]) -> None:
+        """One upsert on the primary key; last seen is the store's now."""
+        dialect = "postgresql" if self._postgres else "sqlite"
+        stmt = insert_into(workers, dialect).values(
+            hostname=hostname[:OWNER_LENGTH], queues=list(queues), last_seen_ms=self._now()
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[workers.c.hostname],
+            set_={"queues": stmt.excluded.queues, "last_seen_ms": stmt.excluded.last_seen_ms},
+        )
+        self._write(lambda conn: conn.execute(stmt))
+
+    def forget_worker(self, hostname: str) -> None:
+        stmt = workers.delete().where(workers.c.hostname == hostname[:OWNER_LENGTH])
+        self._write(lambda conn: conn.execute(stmt))
+
+    def live_workers(self, ttl_ms: int) -> list[WorkerSeen]:
+        """One read of the (small) table; sorted here, so every database orders alike."""
+        query = select(workers).where(workers.c.last_seen_ms >= self._now() - ttl_ms)
+        with self._tx(write=False) as conn:
+            rows = conn.execute(query).all()
+        seen = [
+            WorkerSeen(
+                hostname=row.hostname,
+                queues=tuple(str(q) for q in row.queues or ()),
+                last_seen_ms=int(row.last_seen_ms),
+            )
+            for row in rows
+        ]
+        return sorted(seen, key=lambda worker: worker.hostname)
 
 
 def _state(value: str | None) -> RunState:

@@ -104,7 +104,7 @@ def list_schedules(beat: Beat) -> Response:
     responses=errors(),
 )
 def status(beat: Beat) -> Response:
-    """Leader, fencing epoch, lease expiry, schedules by state, due backlog (``status --json``)."""
+    """Leader, epoch, lease expiry, schedules by state, due backlog, workers (``status --json``)."""
     return JSONResponse(beat.status().to_json())
 
 

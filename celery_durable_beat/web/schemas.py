@@ -76,12 +76,21 @@ class HistoryOut(BaseModel):
     next_cursor: str | None
 
 
+class WorkerOut(BaseModel):
+    """A live worker that ran ``install(app)``; ``last_seen`` is ISO 8601 UTC."""
+
+    hostname: str
+    queues: list[str]
+    last_seen: str
+
+
 class StatusOut(BaseModel):
     leader: str | None
     epoch: int
     lease_expires_at: str | None
     counts: dict[str, int]
     due_backlog: int
+    workers: list[WorkerOut]
 
 
 class TriggerIn(BaseModel):

@@ -22,6 +22,10 @@ picked by ``runs/factory.py``. When they are one backend (the store), a claim is
 row and each state is written once, through tracking; when the claims are apart (Redis), every
 state is settled there too (``ClaimMirror``), behind a circuit of its own.
 
+In a worker's main process the heartbeat thread also carries the worker's presence
+(``presence.Announcer``, started by ``present``): its queues announced every
+``durable_beat_worker_ttl / 3``, through the same store circuit as run-state writes.
+
 Run-state writes to tracking go through ``Tracker``: a failed write opens a 5 s circuit (no
 connection attempts meanwhile, so an outage adds no latency to tasks), its state is kept (newest
 per tick, at most ``PENDING_MAX``) and written once the store answers again.
@@ -54,6 +58,7 @@ from celery_durable_beat.runs.base import (
     is_final,
 )
 from celery_durable_beat.settings import Settings
+from celery_durable_beat.worker.presence import Announcer, announce_every
 
 log = logging.getLogger("celery_durable_beat.worker")
 
@@ -258,6 +263,7 @@ class GuardRuntime:
         self._lock = threading.Lock()
         self._beat: threading.Thread | None = None
         self._stop = threading.Event()
+        self.presence: Announcer | None = None
         jitter = random.uniform(0, PRUNE_EVERY_S)  # noqa: S311 - spreads workers, not a secret
         self._next_prune = self.clock.monotonic() + jitter
 
@@ -368,9 +374,42 @@ class GuardRuntime:
         self._beat.start()
 
     def _heartbeat_loop(self) -> None:
-        interval = max(0.5, self.settings.run_ttl / 3)
-        while not self._stop.wait(interval):
+        self._announce()
+        while not self._stop.wait(self._interval()):
             self.heartbeat_once()
+
+    def _interval(self) -> float:
+        """A third of the run TTL, or of the worker TTL once presence is on, if shorter."""
+        ttl = self.settings.run_ttl
+        if self.presence is not None:
+            ttl = min(ttl, self.settings.worker_ttl)
+        return max(0.5, ttl / 3)
+
+    # -- presence (the main process) ------------------------------------------------------------
+    def present(self, hostname: str, queues: Callable[[], Sequence[str]]) -> None:
+        """Announce this worker now and on every heartbeat (``presence.py``); a later call (the
+        consumer restarted) takes the new view of the queues, announced at the next heartbeat."""
+        if self.presence is not None:
+            self.presence.resume(queues)
+            return
+        self.presence = Announcer(
+            self.runs,
+            hostname,
+            queues,
+            announce_every(self.settings.worker_ttl),
+            self.tracker.circuit,
+            self.clock,
+        )
+        self._ensure_heartbeat()
+
+    def forget(self) -> None:
+        """The worker shuts down: its presence row is deleted (best effort)."""
+        if self.presence is not None:
+            self.presence.forget()
+
+    def _announce(self) -> None:
+        if self.presence is not None:
+            self.presence.beat()
 
     def heartbeat_once(self) -> None:
         """Push on the claims of every run in progress; flush pending writes; prune now and then."""
@@ -382,6 +421,7 @@ class GuardRuntime:
             with self._quietly(Action.RUN_TRACKING_UNAVAILABLE):
                 self.runs.heartbeat(pairs, self.run_ttl_ms)
         self.tracker.write()
+        self._announce()
         if self.clock.monotonic() >= self._next_prune and not self.tracker.circuit.open():
             self._next_prune = self.clock.monotonic() + PRUNE_EVERY_S
             with self._quietly(Action.RUN_TRACKING_UNAVAILABLE):

@@ -23,6 +23,11 @@ from ``task_postrun`` (its state); ``task_revoked`` and hard time limits come fr
 main process, and so does Celery's ``task_unknown`` (a tick whose task this worker does not
 have: recorded ``unknown_task`` against the tick, which the round counts, SPEC §6).
 
+The worker's presence (``presence.py``, SPEC §2 ``require_worker``): a consumer bootstep
+(``PresenceStep``, added to the app's consumer blueprint) has the main process's runtime
+announce the worker's node name and consumed queues once the task consumer exists, then on the
+heartbeat; ``worker_shutdown`` forgets it. That is the one store row a worker keeps on its own.
+
 A task without the headers costs one attribute lookup: no store, no Redis.
 """
 
@@ -37,9 +42,10 @@ import weakref
 from collections import Counter
 from collections.abc import Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any, cast
 
-from celery import signals
+from celery import bootsteps, signals
 from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 from celery_durable_beat.model import Action, Trigger
@@ -48,6 +54,7 @@ from celery_durable_beat.runs.factory import make_runs, make_tracking
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.worker.guard import GuardRuntime, Held, Refused
 from celery_durable_beat.worker.origin import periodic_origin
+from celery_durable_beat.worker.presence import consumed_queues
 from celery_durable_beat.worker.tracer import TraceSlot, trace_slot
 
 log = logging.getLogger("celery_durable_beat.worker")
@@ -115,7 +122,37 @@ def install(app: Any) -> None:
     setattr(app, _INSTALLED, installed)
     _APPS.append(installed)
     app.Task = guarded_class(app.Task)
+    app.steps["consumer"].add(PresenceStep)
     _connect_signals()
+
+
+class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
+    """Consumer bootstep: once the task consumer exists (after every (re)connection), the main
+    process announces this worker and its queues, then keeps doing so on the heartbeat. Its
+    ``shutdown`` (the consumer's last, on a warm or a cold shutdown alike: a cold one sends no
+    ``worker_shutdown``) forgets the worker."""
+
+    requires = ("celery.worker.consumer.tasks:Tasks",)
+
+    def start(self, c: Any) -> None:
+        installed = _installation(c.app)
+        if installed is not None:
+            installed.runtime().present(str(c.hostname), partial(consumed_queues, c))
+
+    def shutdown(self, c: Any) -> None:
+        _forget(c.app)
+
+
+def _on_worker_shutdown(sender: Any = None, **_: Any) -> None:
+    _forget(getattr(sender, "app", None))
+
+
+def _forget(app: Any) -> None:
+    """This worker is going away: its presence row is deleted (idempotent)."""
+    installed = _installation(app)
+    runtime = installed.existing_runtime() if installed else None
+    if runtime is not None:
+        runtime.forget()
 
 
 # -- the guard on the task class ----------------------------------------------------------------
@@ -376,6 +413,9 @@ def _connect_signals() -> None:
     signals.task_failure.connect(_on_failure, weak=False, dispatch_uid="durable_beat_failure")
     signals.task_unknown.connect(_on_unknown, weak=False, dispatch_uid="durable_beat_unknown")
     signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="durable_beat_init")
+    signals.worker_shutdown.connect(
+        _on_worker_shutdown, weak=False, dispatch_uid="durable_beat_shutdown"
+    )
     os.register_at_fork(after_in_child=_after_fork)
 
 

@@ -41,6 +41,8 @@ SETTINGS = {
     "result_backend": "RESULT_BACKEND",
     "queue": "TASK_QUEUE",
     "timezone": "BEAT_TIMEZONE",
+    "routes": "TASK_ROUTES",
+    "worker_ttl": "WORKER_TTL",
 }
 """Test app setting -> the environment variable ``procapp`` reads it from."""
 

@@ -17,6 +17,7 @@ from celery import Celery
 
 from celery_durable_beat import DurableBeat
 from celery_durable_beat.celery_config import definitions_from_app
+from celery_durable_beat.cli.format import status_lines
 from celery_durable_beat.control import ScheduleView, UpsertStatus
 from celery_durable_beat.control.views import EVENT_FIELDS, LIST_FIELDS
 from celery_durable_beat.dispatch import Dispatcher
@@ -30,10 +31,12 @@ from celery_durable_beat.exceptions import (
 from celery_durable_beat.ids import manual_task_id
 from celery_durable_beat.model import Reason, ScheduleState, Trigger
 from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import Store
 from celery_durable_beat.sync import sync_definitions
 from celery_durable_beat.testing import MemoryStore
+from celery_durable_beat.web.schemas import StatusOut, WorkerOut
 
 pytestmark = pytest.mark.unit
 
@@ -413,4 +416,50 @@ def test_status(beat: DurableBeat, store: Store) -> None:
         "lease_expires_at": None,
         "counts": {"active": 1, "paused": 1, "archived": 0, "quarantined": 0},
         "due_backlog": 0,
+        "workers": [],  # a memory store has no worker registry
     }
+
+
+class SharedClock:
+    """One clock for the store and the in-memory runs, moved by hand."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def monotonic(self) -> float:
+        return self.ms / 1000
+
+
+def test_status_lists_live_workers_by_hostname() -> None:
+    clock = SharedClock(1_780_000_000_000)
+    app = make_app(APP_URL)
+    app.conf.durable_beat_worker_ttl = 30
+    runs = MemoryRuns(clock)
+    beat = DurableBeat(app, store=MemoryStore(clock=clock.now_ms), workers=runs)
+    runs.announce_worker("silent@host", ["celery"])
+    clock.ms += 10_000
+    runs.announce_worker("w2@host", ["reports", "celery"])
+    runs.announce_worker("w1@host", [])
+    runs.announce_worker("gone@host", ["celery"])
+    runs.forget_worker("gone@host")
+    clock.ms += 20_500  # silent@host was last seen 30.5 s ago: past the 30 s TTL
+    seen = beat.status()
+    assert seen.to_json()["workers"] == [
+        {"hostname": "w1@host", "queues": [], "last_seen": "2026-05-28T20:26:50Z"},
+        {
+            "hostname": "w2@host",
+            "queues": ["reports", "celery"],
+            "last_seen": "2026-05-28T20:26:50Z",
+        },
+    ]
+    assert set(StatusOut.model_fields) == set(seen.to_json())  # the HTTP API's schema
+    assert set(WorkerOut.model_fields) == set(seen.to_json()["workers"][0])
+    lines = status_lines(seen)
+    workers = [line.split()[1] for line in lines if line.startswith("worker ")]
+    assert workers == ["w1@host", "w2@host"]
+    assert any("queues reports, celery" in line for line in lines)
+    beat.close()
+    runs.announce_worker("w1@host", ["celery"])  # an injected registry is not closed
