@@ -252,7 +252,8 @@ class Dispatcher:
         def replay(_due: DueSchedule, message: TickMessage) -> tuple[Outcome, Reason | None]:
             if message.tick_ms >= enqueued[0]:
                 return Outcome.FAILED, Reason.BROKER_UNAVAILABLE
-            return recorded[message.tick_ms]
+            # A tick held for ``buffer_one`` has no record: the gate holds it again.
+            return recorded.get(message.tick_ms, (Outcome.SKIPPED, Reason.OVERLAP))
 
         return self._run_one(result.item, replay, now_ms)
 
@@ -276,17 +277,17 @@ class Dispatcher:
             if buffering and reason is Reason.OVERLAP and held in (None, message.tick_ms):
                 held = message.tick_ms  # waits, durably, for the previous run to end
                 continue
-            if message.tick_ms == held:
-                held = None
             own.append(
                 records.event(due, message.tick_ms, message.task_id, outcome, reason, now_ms)
             )
             if outcome is Outcome.FAILED:
                 advance = self._after_failure(
-                    item, message.tick_ms, reason, now_ms, last_fired, own
+                    item, message.tick_ms, reason, now_ms, last_fired, own, held
                 )
                 own.sort(key=records.by_tick)
                 return _Result(item, own, advance, reason)
+            if message.tick_ms == held:
+                held = None  # the held tick has its outcome now
             last_fired = max(last_fired or message.tick_ms, message.tick_ms)
         plan = item.plan
         own.extend(records.dropped_events(due, plan.dropped, plan.next_tick_ms, now_ms))
@@ -386,14 +387,15 @@ class Dispatcher:
         now_ms: int,
         last_fired: int | None,
         events: list[AuditEvent],
+        held: int | None,
     ) -> Advance:
         """Stay on the failed tick (dropped ticks before it are settled) and back off; a held
-        ``buffer_one`` tick that failed stays held, the schedule where it was."""
+        ``buffer_one`` tick whose publish failed stays held, the schedule where it was."""
         due = item.due
-        buffered = due.buffered_tick_ms
-        if failed_tick == buffered:
-            failed_tick = due.next_tick_ms  # type: ignore[assignment]
-        events.extend(records.dropped_events(item.due, item.plan.dropped, failed_tick, now_ms))
+        stay: int | None = failed_tick
+        if failed_tick == held:
+            stay = due.next_tick_ms
+        events.extend(records.dropped_events(item.due, item.plan.dropped, stay, now_ms))
         own_fault = reason in OWN_FAULT_REASONS
         failures = due.failures + 1 if own_fault else due.failures
         state = ScheduleState.ACTIVE
@@ -413,13 +415,13 @@ class Dispatcher:
         return Advance(
             schedule_id=due.id,
             expected_next_tick_ms=due.next_tick_ms,
-            next_tick_ms=failed_tick,
+            next_tick_ms=stay,
             next_due_ms=next_due,
             last_tick_ms=last_fired if last_fired is not None else due.last_tick_ms,
             last_outcome=Outcome.FAILED,
             failures=failures,
             state=state,
-            buffered_tick_ms=buffered if state is ScheduleState.ACTIVE else None,
+            buffered_tick_ms=held if state is ScheduleState.ACTIVE else None,
         )
 
 
@@ -445,9 +447,7 @@ def _plan_all(
 
 def _quarantine_unplannable(due: DueSchedule, now_ms: int, stats: RoundStats) -> Advance:
     stats.events.append(
-        records.event(
-            due, records.position(due), None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms
-        )
+        records.event(due, records.position(due), None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
     )
     return records.quarantine(due, due.failures)
 

@@ -299,9 +299,7 @@ def _on_postrun(
     runtime.leave(held, _end_state(state, retval))
 
 
-def _on_revoked(
-    sender: Any = None, request: Any = None, expired: bool = False, **_: Any
-) -> None:
+def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, **_: Any) -> None:
     """A revoked tick, or one whose ``expires`` passed before it started (``expired``)."""
     installed = _installation(getattr(sender, "app", None))
     origin = periodic_origin(request)
