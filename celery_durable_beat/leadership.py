@@ -2,9 +2,10 @@
 
 Leadership is decided in the round itself, never in a signal handler or ``beat_init`` (whose
 exceptions Celery swallows: RedBeat #208/#238). Every round starts with ``Leadership.acquire``:
-a standby tries to take the lease, a leader renews it once ``RENEW_AFTER`` of the TTL has passed
-(and before any round that dispatches). A leader trusts a renewal for ``LEASE_SAFETY`` of the TTL on the
-monotonic clock, counted from before the renewal was sent, and checks that (``still_leader``)
+a standby tries to take the lease, a leader renews it once ``RENEW_AFTER`` of the TTL has
+passed (and before any round that dispatches). A leader trusts a renewal for ``LEASE_SAFETY`` of
+the TTL on the monotonic clock, counted from before the renewal was sent, and checks that
+(``still_leader``)
 before the round and between schedules, so it stops publishing before its lease could have
 expired. Losing the lease, failing to renew it in time or being fenced out by the store
 (``StaleEpoch``) is logged once as ``leadership lost`` and the beat carries on as a standby

@@ -22,7 +22,7 @@ from celery_durable_beat.exceptions import (
     StaleEpoch,
     StoreUnavailable,
 )
-from celery_durable_beat.leadership import RENEW_AFTER, EXPIRY_MARGIN_S, Leadership
+from celery_durable_beat.leadership import EXPIRY_MARGIN_S, RENEW_AFTER, Leadership
 from celery_durable_beat.lease.base import LEASE_SAFETY, LeaseStatus
 from celery_durable_beat.model import Action, Outcome, Trigger
 from celery_durable_beat.store.base import PRUNE_CHUNK, AuditEvent
