@@ -5,11 +5,12 @@ One ``BeatLoop.round()`` per wake-up of the scheduler, and it never raises for a
 fixes that. Each round:
 
 1. makes sure the schema exists (a store that was down at start is retried here);
-2. renews or acquires the lease (``Leadership``); a standby sleeps until its next try;
+2. acquires the lease, or renews it once a third of its TTL has passed (``Leadership``); a
+   standby sleeps until its next try;
 3. on a new epoch, syncs ``beat_schedule`` into the store (once per epoch), in fenced batches
    with the lease renewed before each; a sync cut short by a lost lease runs again next time;
 4. asks the store for its clock and the earliest due instant in one query, and claims only when
-   something is due, so an idle round is one index probe;
+   something is due (renewing the lease first), so an idle round is one index probe;
 5. between rounds (never while a burst keeps rounds back to back), prunes the history of the
    schedules it touched: a pass starts at most once a minute and spends at most
    ``PRUNE_BUDGET`` of the TTL per round, ``PRUNE_CHUNK`` schedules per statement; what is left
@@ -219,7 +220,7 @@ class BeatLoop:
     def _renew(self, epoch: int) -> bool:
         """Between two sync batches: renew now; go on only as the leader of the same epoch."""
         return (
-            self.leadership.acquire()
+            self.leadership.acquire(fresh_for=0.0)
             and self.leadership.epoch == epoch
             and self.leadership.still_leader()
         )
@@ -233,6 +234,8 @@ class BeatLoop:
             self._observe_round(None)
             self._maybe_prune(now_ms)  # a quiet moment: finish a pass cut short by its budget
             return self.delay(due, now_ms)
+        if not self.leadership.acquire(fresh_for=0.0):  # renewed before anything is published
+            return self.leadership.standby_delay()
         stats = self.dispatcher.run_round(now_ms, self.leadership.epoch)
         self._observe_round(stats)
         self._touched.update(e.schedule for e in stats.events)

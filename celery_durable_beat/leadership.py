@@ -1,9 +1,11 @@
 """Who leads (SPEC §7): acquire, renew, lose and fence; how long a standby waits.
 
 Leadership is decided in the round itself, never in a signal handler or ``beat_init`` (whose
-exceptions Celery swallows: RedBeat #208/#238). Every round starts with one acquire-or-renew
-(``Leadership.acquire``). A leader trusts a renewal for ``LEASE_SAFETY`` of the TTL on the
-monotonic clock, counted from before the renewal was sent, and checks that (``still_leader``)
+exceptions Celery swallows: RedBeat #208/#238). Every round starts with ``Leadership.acquire``:
+a standby tries to take the lease, a leader renews it once ``RENEW_AFTER`` of the TTL has
+passed (and before any round that dispatches). A leader trusts a renewal for ``LEASE_SAFETY`` of
+the TTL on the monotonic clock, counted from before the renewal was sent, and checks that
+(``still_leader``)
 before the round and between schedules, so it stops publishing before its lease could have
 expired. Losing the lease, failing to renew it in time or being fenced out by the store
 (``StaleEpoch``) is logged once as ``leadership lost`` and the beat carries on as a standby
@@ -31,6 +33,12 @@ log = logging.getLogger("celery_durable_beat.scheduler")
 EXPIRY_MARGIN_S = 0.02
 """How long after the lease's expiry (by the backend's clock) a standby tries to take it."""
 
+RENEW_AFTER = 1 / 3
+"""Share of the TTL after which an idle leader renews: before that, its last renewal is fresh
+and an idle round is one store probe (issue #16). Safe because a renewal is trusted for
+``LEASE_SAFETY`` (0.8) of the TTL and rounds come at least every third of it, so an idle leader
+renews by two thirds of the TTL; a round with something due renews first whatever its age."""
+
 
 class EpochFence(Protocol):
     """What leadership needs of the store (``Store.register_epoch``)."""
@@ -57,24 +65,31 @@ class Leadership:
         self.was_leader: bool | None = None
         self.status: LeaseStatus | None = None
         self._valid_until = 0.0
+        self._renewed_at = 0.0
         self._seen_holder: str | None = None
 
     @property
     def ttl_seconds(self) -> float:
         return self.lease.ttl_seconds
 
-    def acquire(self) -> bool:
+    def acquire(self, *, fresh_for: float = RENEW_AFTER) -> bool:
         """Renew or acquire the lease (raises ``LeaseError``); whether this beat leads now.
 
-        A gained or changed epoch is registered in the store (which may raise ``StoreError``)
-        before this returns True, so nothing is ever written under an epoch the store has not seen.
+        A leader whose last renewal is younger than ``fresh_for`` of the TTL keeps it without a
+        call (``fresh_for=0``: renew now). A gained or changed epoch is registered in the store
+        (which may raise ``StoreError``) before this returns True, so nothing is ever written
+        under an epoch the store has not seen.
         """
         started = self.clock.monotonic()
+        ttl = self.lease.ttl_seconds
+        if self.still_leader() and started - self._renewed_at < ttl * fresh_for:
+            return True
         status = self.status = self.lease.acquire_or_renew()
         if not status.leader:
             self._note_standby(status)
             return False
-        self._valid_until = started + self.lease.ttl_seconds * LEASE_SAFETY
+        self._renewed_at = started
+        self._valid_until = started + ttl * LEASE_SAFETY
         if status.epoch != self.epoch or not self.was_leader:
             self._gain(status)
         return True

@@ -163,3 +163,25 @@ def test_beats_starting_together_create_the_schema_once(pg_url: str) -> None:
     for store in stores:
         store.close()
     assert errors == []
+
+
+def test_the_head_constant_is_the_migrations_head() -> None:
+    assert sql_schema.scripted_head() == sql_schema.HEAD_REVISION == sql_schema.head_revision()
+
+
+def test_a_schema_at_head_is_checked_without_importing_alembic(store: SqlStore) -> None:
+    """Issue #16: Alembic (11 MB, 0.1 s) is imported only to create or upgrade a schema."""
+    import subprocess
+    import sys
+
+    store.migrate()
+    probe = (
+        "import sys\n"
+        "from celery_durable_beat.store.sql import SqlStore\n"
+        f"s = SqlStore({store.url!r}); s.ensure_schema(); s.close()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'mako')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout

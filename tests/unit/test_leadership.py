@@ -22,7 +22,7 @@ from celery_durable_beat.exceptions import (
     StaleEpoch,
     StoreUnavailable,
 )
-from celery_durable_beat.leadership import EXPIRY_MARGIN_S, Leadership
+from celery_durable_beat.leadership import EXPIRY_MARGIN_S, RENEW_AFTER, Leadership
 from celery_durable_beat.lease.base import LEASE_SAFETY, LeaseStatus
 from celery_durable_beat.model import Action, Outcome, Trigger
 from celery_durable_beat.store.base import PRUNE_CHUNK, AuditEvent
@@ -205,7 +205,7 @@ def test_a_new_epoch_while_leading_is_registered_before_it_is_used(
 ) -> None:
     lease.answers = [leads(1), leads(2)]
     leadership.acquire()
-    leadership.acquire()
+    leadership.acquire(fresh_for=0.0)  # renew now
     assert store.epochs == [1, 2] and leadership.epoch == 2
     assert actions() == [Action.LEADERSHIP_GAINED.value] * 2
 
@@ -235,11 +235,12 @@ def test_a_standby_names_the_leader_once_per_change(
 
 
 def test_losing_the_lease_is_logged_once_and_no_standby_line_follows(
-    leadership: Leadership, lease: ScriptedLease, actions: Any
+    leadership: Leadership, lease: ScriptedLease, clock: ManualClock, actions: Any
 ) -> None:
     lease.answers = [leads(1), stands_by(OTHER, 2), stands_by(OTHER, 2)]
     leadership.acquire()
     actions()
+    clock.mono += TTL * RENEW_AFTER  # the renewal is due
     for _ in range(3):
         assert not leadership.acquire()
     assert actions() == [Action.LEADERSHIP_LOST.value]
@@ -333,12 +334,36 @@ def test_an_idle_leader_sleeps_until_the_next_due_instant(
 
 
 def test_config_sync_runs_once_per_epoch(
-    loop: BeatLoop, lease: ScriptedLease, store: FakeStore
+    loop: BeatLoop, lease: ScriptedLease, store: FakeStore, clock: ManualClock
 ) -> None:
     lease.answers = [leads(1), leads(1), leads(2)]
     for _ in range(3):
         loop.round()
+        clock.mono += TTL * RENEW_AFTER
     assert store.sync_calls == 2
+
+
+def test_an_idle_leader_renews_once_a_third_of_the_ttl_has_passed(
+    loop: BeatLoop, lease: ScriptedLease, store: FakeStore, clock: ManualClock
+) -> None:
+    """Issue #16: an idle round is one store probe; the lease is renewed when it ages, and
+    always before a round that dispatches."""
+    calls = []
+    lease.answers = [leads()]
+    original = lease.acquire_or_renew
+    lease.acquire_or_renew = lambda: calls.append(clock.mono) or original()  # type: ignore[method-assign]
+    loop.round()
+    for _ in range(9):
+        clock.mono += TTL * RENEW_AFTER / 10
+        loop.round()
+    assert len(calls) == 1  # idle and fresh: no renewal
+    clock.mono += TTL * RENEW_AFTER / 10
+    loop.round()
+    assert len(calls) == 2  # a third of the TTL since the last renewal
+    assert loop.leadership.still_leader()
+    store.due_ms = store.now_ms_value
+    loop.round()
+    assert len(calls) == 3  # something due: renewed before dispatching
 
 
 def test_no_config_sync_when_it_is_off(
@@ -418,6 +443,7 @@ def test_a_lease_outage_backs_off_and_a_lapsed_leader_says_it_lost(
     loop.round()
     actions()
     lease.answers = [LeaseError("the Redis lease at redis://x failed")]
+    clock.mono += TTL * RENEW_AFTER  # the renewal is due, and fails
     assert loop.round() == 0.5
     assert actions() == [Action.STORE_UNAVAILABLE.value]
     clock.mono += TTL

@@ -13,7 +13,7 @@ Fencing (SPEC §7) is decided where it cannot be overtaken by an epoch bump:
   leader that stalled after its last check and woke up after a new leader registered its epoch
   writes nothing. When a statement wrote fewer rows than it was given, the fence is read again
   to tell a refusal (``StaleEpoch``, and the transaction rolls back) from replays and
-  compare-and-set misses. No lock is taken on the fence row: the lease renews it every round,
+  compare-and-set misses. No lock is taken on the fence row: the lease renews it all the time,
   and a stalled old leader holding a lock on it would stall the new leader, which is exactly
   the failure fencing exists to survive.
 - on SQLite, by a read at the start of the write transaction: it began ``IMMEDIATE``, holding
