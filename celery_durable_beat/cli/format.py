@@ -53,7 +53,7 @@ def schedules_table(views: Sequence[views.ScheduleView]) -> list[str]:
     rows = [
         (
             v.name,
-            v.state,
+            f"{v.state} ({v.state_reason})" if v.state_reason else v.state,
             v.source,
             v.version,
             v.schedule,

@@ -316,6 +316,7 @@ def test_status_and_migrate(pg_project: Project) -> None:
         "lease_expires_at": None,
         "counts": {"active": 1, "paused": 0, "archived": 0, "quarantined": 0},
         "due_backlog": 0,
+        "workers": [],
     }
     assert pg_project.ok_json("migrate")["revision"]
     archived = pg_project.ok_text("archive", "nightly-digest")
