@@ -64,6 +64,9 @@ log = logging.getLogger("celery_durable_beat.publish")
 PUBLISH_SIGNALS = (signals.before_task_publish, signals.after_task_publish, signals.task_sent)
 """Sent by ``send_task`` per message; a connected receiver turns templating off."""
 
+REPR_CACHE_SIZE = 10_000
+"""Distinct ``(args, kwargs)`` whose reprs a session remembers."""
+
 UNTEMPLATED_OPTIONS = frozenset({"countdown", "eta", "compression", "task_id"})
 """Options whose effect is per publish (an ETA from the clock) or not reproduced here."""
 
@@ -174,6 +177,7 @@ class TemplatedRedisSession(CelerySession):
         self.templated = 0
         self.sent = 0
         self._on_task_call: Callable[[Any, str], Any] | None = None
+        self._shown: dict[str, tuple[str, str]] = {}
 
     def publish(self, message: TickMessage) -> Reason | None:
         key = template_key(message)
@@ -207,9 +211,17 @@ class TemplatedRedisSession(CelerySession):
         return super().publish(message)
 
     def _reprs(self, message: TickMessage) -> tuple[str, str]:
-        argsrepr, kwargsrepr = shown_reprs(
-            message.args, message.kwargs, self.redact_keys, self.limits
-        )
+        """``shown_reprs``, remembered for the session by the ``repr`` of the values: they are
+        JSON values (definitions are stored as JSON), for which ``repr`` is a faithful key, and
+        ``saferepr`` was the largest cost of a templated tick. Rendered placeholders make the
+        values differ, so those ticks simply miss."""
+        key = repr((message.args, message.kwargs))
+        shown = self._shown.get(key)
+        if shown is None:
+            shown = shown_reprs(message.args, message.kwargs, self.redact_keys, self.limits)
+            if len(self._shown) < REPR_CACHE_SIZE:
+                self._shown[key] = shown
+        argsrepr, kwargsrepr = shown
         return (
             message.options.get("argsrepr", argsrepr),
             message.options.get("kwargsrepr", kwargsrepr),
