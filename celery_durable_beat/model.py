@@ -153,6 +153,9 @@ class Action(str, Enum):
     """A tick's publish failed; the record names the schedule, the task id and the reason."""
     PUBLISH_RAISED = "publish_raised"
     """Debug detail of a failed publish: the exception class behind the reason, never its text."""
+    TEMPLATE_REFUSED = "template_refused"
+    """Debug: ticks of one task and options keep going through ``send_task`` this round, since
+    a message rendered from the captured template was not provably equal to it."""
     CONFIRM_FAILED = "confirm_failed"
     """The broker did not confirm a batch of buffered publishes; they are recorded failed."""
     QUARANTINED = "quarantined"

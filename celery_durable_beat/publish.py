@@ -179,24 +179,35 @@ class CelerySession:
 
     def publish(self, message: TickMessage) -> Reason | None:
         try:
-            options = send_kwargs(message, self.redact_keys, self.limits)
-            if self.confirms is None:
-                self.app.send_task(message.task, producer=self.producer, **options)
-            else:
-                producer = self.confirms.producer_for_publish()
-                self.app.send_task(message.task, producer=producer, **options)
-                self.confirms.published()
-            if self.batch is not None or self.confirms is not None:
-                self._buffered += 1
-        except (EncodeError, ContentDisallowed, TypeError, ValueError) as exc:
-            return _failed(message, Reason.SERIALIZATION_ERROR, exc)
-        except QueueNotFound as exc:
-            return _failed(message, Reason.ROUTING_ERROR, exc)
-        except self._connection_errors as exc:
-            return _failed(message, Reason.BROKER_UNAVAILABLE, exc)
+            self._send(message)
         except Exception as exc:
-            return _failed(message, Reason.PUBLISH_ERROR, exc)
+            return self._failed_with(message, exc)
         return None
+
+    def _failed_with(self, message: TickMessage, exc: Exception) -> Reason:
+        return _failed(message, self.reason_of(exc), exc)
+
+    def _send(self, message: TickMessage) -> None:
+        """``app.send_task`` with the tick's options, through this round's producer."""
+        options = send_kwargs(message, self.redact_keys, self.limits)
+        if self.confirms is None:
+            self.app.send_task(message.task, producer=self.producer, **options)
+        else:
+            producer = self.confirms.producer_for_publish()
+            self.app.send_task(message.task, producer=producer, **options)
+            self.confirms.published()
+        if self.batch is not None or self.confirms is not None:
+            self._buffered += 1
+
+    def reason_of(self, exc: Exception) -> Reason:
+        """The stable reason a publish raised ``exc`` for (its text is never kept)."""
+        if isinstance(exc, (EncodeError, ContentDisallowed, TypeError, ValueError)):
+            return Reason.SERIALIZATION_ERROR
+        if isinstance(exc, QueueNotFound):
+            return Reason.ROUTING_ERROR
+        if isinstance(exc, self._connection_errors):
+            return Reason.BROKER_UNAVAILABLE
+        return Reason.PUBLISH_ERROR
 
 
 def _failed(message: TickMessage, reason: Reason, exc: BaseException) -> Reason:
@@ -219,11 +230,16 @@ class CeleryPublisher:
 
     ``redact_keys`` is ``durable_beat_redact`` (``wiring.make_publisher`` passes the settings');
     the default is SPEC §2's, so a publisher built without settings still hides secrets.
+    ``templates=False`` sends every tick through ``send_task`` even where the batching
+    transport would let ``publish_redis.TemplatedRedisSession`` repeat a captured message.
     """
 
-    def __init__(self, app: Any, *, redact_keys: Sequence[str] = DEFAULT_KEYS) -> None:
+    def __init__(
+        self, app: Any, *, redact_keys: Sequence[str] = DEFAULT_KEYS, templates: bool = True
+    ) -> None:
         self.app = app
         self.redact_keys = tuple(redact_keys)
+        self.templates = templates
 
     @contextmanager
     def session(self) -> Iterator[CelerySession]:
@@ -241,7 +257,7 @@ class CeleryPublisher:
                 yield CelerySession(self.app, producer, redact_keys=self.redact_keys)
                 return
             batching = producer.batch(max_size=BATCH_LIMIT)
-            session = CelerySession(
+            session = self._batch_session()(
                 self.app, producer, batching.__enter__(), redact_keys=self.redact_keys
             )
             try:
@@ -254,6 +270,14 @@ class CeleryPublisher:
             except BatchPublishError:
                 if not session.failed:  # after a failed confirm the batch refuses reuse
                     raise
+
+    def _batch_session(self) -> type[CelerySession]:
+        """Templated publishing (``publish_redis``) when provably equivalent, else send_task."""
+        from celery_durable_beat.publish_redis import TemplatedRedisSession, templating_refused
+
+        if self.templates and templating_refused(self.app) is None:
+            return TemplatedRedisSession
+        return CelerySession
 
 
 class CapturingPublisher:

@@ -1,0 +1,263 @@
+"""Templated publishing on Redis (``publish_redis``): a worker cannot tell its messages from
+``send_task``'s.
+
+For each case, one session publishes tick A (``send_task``, captured as the template) and tick B
+(rendered from the template) of the same schedule; a second session, templates off, publishes
+tick B through ``send_task``. Read raw off the queue, the two B messages are the same bytes but
+for kombu's random ``delivery_tag``, and A and B differ only in the per-tick fields. The app's
+clock is frozen so the ``expires`` / ``expiration`` both paths compute from it are comparable.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery, signals
+from kombu import Exchange, Queue
+
+from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.message import TickMessage, build_message
+from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition
+from celery_durable_beat.publish import CeleryPublisher, CelerySession
+from celery_durable_beat.publish_redis import TemplatedRedisSession, templating_refused
+from celery_durable_beat.schedules.spec import IntervalSpec
+from tests.support.procs import wait_until
+from tests.support.rig import ProcessRig, rig_factory
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_780_000_000_000
+STEP = 60_000
+NOW = datetime(2026, 5, 28, 20, 27, 1, 123456, tzinfo=timezone.utc)
+"""The frozen ``app.now()``: after tick A and B, before the next tick (``expires`` next_tick)."""
+
+PER_TICK = {
+    "headers.id",
+    "headers.root_id",
+    "headers.periodic_tick_ms",
+    "properties.correlation_id",
+    "properties.delivery_tag",
+}
+"""What differs between two ticks of one schedule whose arguments have no placeholder."""
+RENDERED = {
+    "body",
+    "headers.argsrepr",
+    "headers.kwargsrepr",
+    "properties.argsrepr",
+    "properties.kwargsrepr",
+}
+NEXT_TICK_EXPIRY = {"headers.expires", "properties.expiration"}
+
+CASES: dict[str, dict[str, Any]] = {
+    "default queue": {},
+    "queue option": {"options": {"queue": "q2"}, "key": "q2"},
+    "task_routes": {"conf": {"task_routes": {"t.*": {"queue": "routed"}}}, "key": "routed"},
+    "priority": {"options": {"priority": 5}, "key": "celery\x06\x163"},
+    "exchange and routing_key": {
+        "options": {"exchange": "ex2", "routing_key": "rk2"},
+        "declare": Queue("bound", Exchange("ex2", type="direct"), routing_key="rk2"),
+        "key": "bound",
+    },
+    "pickle serializer": {
+        "conf": {"task_serializer": "pickle", "accept_content": ["json", "pickle"]},
+    },
+    "serializer option": {
+        "conf": {"accept_content": ["json", "pickle"]},
+        "options": {"serializer": "pickle"},
+        "args": (1, "x"),
+    },
+    "expires seconds": {"expires": 30},
+    "expires next tick": {"expires": EXPIRES_NEXT_TICK, "differs": NEXT_TICK_EXPIRY},
+    "headers option": {"options": {"headers": {"tenant": "acme", "trace": [1, 2]}}},
+    "placeholders and redaction": {
+        "args": ("{{scheduled_for_ms}}",),
+        "kwargs": {"at": "{{scheduled_for}}", "api_token": "s3cret", "n": 1},
+        "differs": RENDERED,
+    },
+    "time limits and ignore_result": {
+        "options": {"time_limit": 30, "soft_time_limit": 20, "ignore_result": True},
+    },
+    "result backend": {"conf": {"result_backend": "{redis}"}},
+}
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def _app(redis_url: str, case: dict[str, Any]) -> Celery:
+    app = Celery("tpl", broker=redis_url, set_as_current=False)
+    conf = {k: redis_url if v == "{redis}" else v for k, v in case.get("conf", {}).items()}
+    app.conf.update(broker_connection_timeout=1, **conf)
+    app.now = lambda: NOW.astimezone(app.timezone)  # type: ignore[method-assign]
+    if "declare" in case:
+        with app.connection_for_write() as conn:
+            case["declare"](conn.default_channel).declare()
+    return app
+
+
+def _ticks(case: dict[str, Any]) -> tuple[TickMessage, TickMessage]:
+    definition = Definition(
+        name="s",
+        task="t.tick",
+        spec=IntervalSpec(STEP),
+        args=case.get("args", ()),
+        kwargs=case.get("kwargs", {"n": 1}),
+        options=case.get("options", {}),
+        expires=case.get("expires"),
+    )
+    a, b = (
+        build_message("s", definition, t, tick_task_id("s", t), next_due_ms=t + STEP)
+        for t in (T0, T0 + STEP)
+    )
+    return a, b
+
+
+def _queued(client: redis.Redis) -> dict[bytes, list[bytes]]:
+    """Every list in the database (the queues, one per priority step), oldest first; emptied."""
+    lists = {
+        k: client.lrange(k, 0, -1)[::-1] for k in client.scan_iter() if client.type(k) == b"list"
+    }
+    for key in lists:
+        client.delete(key)
+    return lists
+
+
+def _flat(raw: bytes) -> dict[str, Any]:
+    message = json.loads(raw)
+    flat = {f"headers.{k}": v for k, v in message.pop("headers").items()}
+    flat.update({f"properties.{k}": v for k, v in message.pop("properties").items()})
+    return {**flat, **message}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_templated_tick_is_send_tasks_message(
+    name: str, redis_url: str, client: redis.Redis
+) -> None:
+    case = CASES[name]
+    app = _app(redis_url, case)
+    a, b = _ticks(case)
+    assert templating_refused(app) is None
+    with CeleryPublisher(app).session() as session:
+        assert isinstance(session, TemplatedRedisSession)
+        assert session.publish(a) is None
+        assert session.publish(b) is None
+        assert session.confirm() is None
+    assert (session.sent, session.templated) == (1, 1)
+    [(key, [raw_a, raw_b])] = _queued(client).items()
+    assert key == case.get("key", "celery").encode()
+
+    with CeleryPublisher(app, templates=False).session() as session:
+        assert type(session) is CelerySession
+        assert session.publish(b) is None
+        assert session.confirm() is None
+    [(sent_key, [raw_sent])] = _queued(client).items()
+    assert sent_key == key
+
+    fast, sent, first = _flat(raw_b), _flat(raw_sent), _flat(raw_a)
+    assert fast.keys() == sent.keys() == first.keys()
+    differ = {k for k in fast if fast[k] != sent[k]}
+    assert differ == {"properties.delivery_tag"}, {k: (fast[k], sent[k]) for k in differ}
+    # Byte for byte, key order included, once the random delivery tag is set aside.
+    tag = sent["properties.delivery_tag"]
+    assert raw_b.replace(fast["properties.delivery_tag"].encode(), tag.encode()) == raw_sent
+    assert {k for k in fast if fast[k] != first[k]} == PER_TICK | case.get("differs", set())
+    assert fast["headers.id"] == fast["properties.correlation_id"] == b.task_id
+
+
+def test_a_publish_signal_receiver_turns_templates_off(redis_url: str, client: redis.Redis) -> None:
+    app = _app(redis_url, {})
+    seen: list[str] = []
+
+    def receiver(headers: dict[str, Any] | None = None, **_: Any) -> None:
+        seen.append((headers or {})["id"])
+
+    signals.before_task_publish.connect(receiver)
+    try:
+        assert templating_refused(app) == "a publish signal has receivers"
+        ticks = [
+            build_message("s", Definition("s", "t", IntervalSpec(STEP)), t, f"id-{t}")
+            for t in range(3)
+        ]
+        with CeleryPublisher(app).session() as session:
+            assert type(session) is CelerySession
+            for tick in ticks:
+                assert session.publish(tick) is None
+            assert session.confirm() is None
+    finally:
+        signals.before_task_publish.disconnect(receiver)
+    assert seen == [t.task_id for t in ticks]
+    assert templating_refused(app) is None
+
+
+def _router(name: str, args: Any, kwargs: Any, options: Any, **_: Any) -> dict[str, str]:
+    return {"queue": "by-args"}
+
+
+@pytest.mark.parametrize(
+    ("conf", "reason"),
+    [
+        ({"task_always_eager": True}, "task_always_eager"),
+        ({"task_send_sent_event": True}, "task_send_sent_event"),
+        ({"task_compression": "gzip"}, "task_compression"),
+        ({"task_protocol": 1}, "task_protocol is not 2"),
+        ({"task_routes": [_router]}, "task_routes has a router function"),
+    ],
+)
+def test_templates_are_refused_where_they_could_differ(
+    redis_url: str, conf: dict[str, Any], reason: str
+) -> None:
+    app = _app(redis_url, {"conf": conf})
+    assert templating_refused(app) == reason
+    with CeleryPublisher(app).session() as session:
+        assert type(session) is CelerySession
+
+
+def test_an_eta_option_keeps_its_ticks_on_send_task(redis_url: str, client: redis.Redis) -> None:
+    app = _app(redis_url, {})
+    definition = Definition("s", "t", IntervalSpec(STEP), options={"countdown": 5})
+    with CeleryPublisher(app).session() as session:
+        for t in (T0, T0 + STEP, T0 + 2 * STEP):
+            assert session.publish(build_message("s", definition, t, f"id-{t}")) is None
+        assert session.confirm() is None
+    assert (session.sent, session.templated) == (3, 0)
+    assert client.llen("celery") == 3
+
+
+@pytest.fixture
+def make_rig(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[Any]:
+    rig = partial(ProcessRig, store_url=pg_url, broker_url=redis_url)
+    with rig_factory(tmp_path, rig) as make:
+        yield make
+
+
+def test_a_worker_runs_templated_ticks(make_rig: Any, redis_url: str) -> None:
+    rig = make_rig()
+    rig.worker("solo")
+    app = Celery("beat-side", broker=redis_url, set_as_current=False)
+    definition = Definition(
+        "Pulse", "procapp.record", IntervalSpec(STEP), kwargs={"at": "{{scheduled_for_ms}}"}
+    )
+    ticks = [
+        build_message("Pulse", definition, T0 + i * STEP, tick_task_id("Pulse", T0 + i * STEP))
+        for i in range(5)
+    ]
+    with CeleryPublisher(app).session() as session:
+        for tick in ticks:
+            assert session.publish(tick) is None
+        assert session.confirm() is None
+    assert (session.sent, session.templated) == (1, 4)
+    rows = rig.wait_rows(5, 30, "run")
+    ran = sorted((r["id"], r["schedule"], r["tick_ms"], r["kwargs"]["at"]) for r in rows)
+    assert ran == [(t.task_id, "Pulse", t.tick_ms, str(t.tick_ms)) for t in ticks]
+    wait_until(rig.drained, 10, "queue drained")
