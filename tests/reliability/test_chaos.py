@@ -11,6 +11,8 @@ Scenarios, each a series of trials at random instants drawn from a printed seed
 
 - ``store_hang``: the leader's PostgreSQL connections hang (nothing forwarded either way) until
   a standby has taken over, i.e. longer than the TTL, then heal, the held bytes delivered late;
+  in half the trials they are slowed first (each statement late by 50-300 ms), which stretches
+  the round so that the hang most likely strikes in its middle;
 - ``lease_unreachable``: the leader's Redis lease is dropped (connections reset, new ones
   refused) or hangs, the store stays fine, until a standby has taken over;
 - ``leader_sigstop``: the leader stops itself (SIGSTOP, ``DURABLE_BEAT_FAULT=after_publish:N:stop``)
@@ -203,8 +205,20 @@ class ChaosRig(HaRig):
 
 
 # -- one trial of each scenario ---------------------------------------------------------------
-def _random_instant(rng: random.Random) -> None:
-    time.sleep(rng.uniform(0.0, 1.0))  # when the fault strikes: a parameter, not a wait
+def _random_instant(rig: ChaosRig, rng: random.Random) -> None:
+    """When the fault strikes: half the trials at a random instant, half aimed at a round in
+    flight, a random few ms after the whole second when every ``@every 1s`` tick falls due (a
+    uniform instant finds the ~50 ms between a round's publish and its audit rarely)."""
+    if rng.random() < 0.5:
+        time.sleep(rng.uniform(0.0, 1.0))  # a parameter, not a wait
+        return
+    aim = rng.randint(0, 60)
+    wait_until(
+        lambda: aim <= rig.store.now_ms() % 1000 <= aim + 15,
+        5,
+        f"{aim} ms past a whole second",
+        interval=0.003,
+    )
 
 
 def _lost_count(beat: CeleryProcess) -> int:
@@ -223,11 +237,16 @@ def _hold_until_takeover(
 def store_hang(rig: ChaosRig, rng: random.Random, figures: Figures) -> int:
     leader, epoch = rig.leading()
     lost = _lost_count(leader)
-    _random_instant(rng)
+    _random_instant(rig, rng)
     proxy = rig.proxies(leader).store
     fault_at = rig.store.now_ms()
+    if rng.random() < 0.5:  # stretch the rounds first, so the hang most likely lands mid-round
+        proxy.slow(rng.uniform(0.05, 0.3))
+        time.sleep(rng.uniform(0.3, 1.5))  # a parameter, not a wait
+        figures.fault("store_slow_then_hang")
+    else:
+        figures.fault("store_hang")
     proxy.hang()
-    figures.fault("store_hang")
     try:
         _hold_until_takeover(rig, rng, figures, epoch, fault_at)
     finally:
@@ -240,7 +259,7 @@ def store_hang(rig: ChaosRig, rng: random.Random, figures: Figures) -> int:
 def lease_unreachable(rig: ChaosRig, rng: random.Random, figures: Figures) -> int:
     leader, epoch = rig.leading()
     lost = _lost_count(leader)
-    _random_instant(rng)
+    _random_instant(rig, rng)
     proxy = rig.proxies(leader).lease
     kind = rng.choice(["drop", "hang"])
     fault_at = rig.store.now_ms()
@@ -256,7 +275,7 @@ def lease_unreachable(rig: ChaosRig, rng: random.Random, figures: Figures) -> in
 
 def broker_hang(rig: ChaosRig, rng: random.Random, figures: Figures) -> int:
     leader, epoch = rig.leading()
-    _random_instant(rng)
+    _random_instant(rig, rng)
     proxy = rig.proxies(leader).broker
     long = rng.random() < 0.5
     fault_at = rig.store.now_ms()
