@@ -1,12 +1,16 @@
-"""Fault injection for crash tests: the process kills itself (SIGKILL) at a named point.
+"""Fault injection for crash tests: the process kills (or stops) itself at a named point.
 
 Off unless the environment variable ``DURABLE_BEAT_FAULT`` is set when this module is first
 imported; then ``point(name)`` is one dictionary lookup. The value is a comma-separated list of
-``<point>:<when>``, where ``<when>`` is either an integer N (die at the N-th time the point is
-reached) or a probability in (0, 1) (die each time with that chance), e.g.::
+``<point>:<when>[:stop]``, where ``<when>`` is either an integer N (die at the N-th time the point
+is reached) or a probability in (0, 1) (die each time with that chance), e.g.::
 
     DURABLE_BEAT_FAULT=after_publish:3
     DURABLE_BEAT_FAULT=mid_batch:0.2,after_audit:0.1
+    DURABLE_BEAT_FAULT=after_publish:2:stop
+
+With ``:stop`` the process does not die there: it stops itself (SIGSTOP), frozen mid-round as by
+a long GC pause or a suspended VM, until the test sends SIGCONT; then the round goes on.
 
 Points the dispatch round reaches (``dispatch.py``), in round order:
 
@@ -26,7 +30,8 @@ In-process tests can also *pause* the process at a point: ``paused_at(name, acti
 happened elsewhere (e.g. a new leader acquiring). Deterministic, with no sleeping.
 
 Before dying the process writes one line ``durable-beat fault injected at <point>`` to stderr,
-so a test can tell an injected crash from any other.
+so a test can tell an injected crash from any other; before stopping, one line
+``durable-beat fault stopped at <point>``.
 """
 
 from __future__ import annotations
@@ -39,24 +44,39 @@ from contextlib import contextmanager
 
 ENV = "DURABLE_BEAT_FAULT"
 POINTS = frozenset({"mid_batch", "after_publish", "after_audit", "fenced_write"})
+STOP = "stop"
+
+
+def _entries(value: str) -> Iterator[tuple[str, str, float, bool]]:
+    """``(part, point, when, stop)`` of each entry; raises ValueError for a malformed one."""
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        name, sep, rest = part.partition(":")
+        when, _, action = rest.partition(":")
+        try:
+            number = float(when) if sep else 1.0
+        except ValueError:
+            number = 0.0
+        bad_number = number <= 0 or (number >= 1 and not number.is_integer())
+        if name not in POINTS or bad_number or action not in ("", STOP):
+            raise ValueError(
+                f"{ENV}: {part!r} is not <point>:<count or probability>[:stop]; "
+                f"points are {', '.join(sorted(POINTS))}"
+            )
+        yield part, name, number, action == STOP
 
 
 def parse(value: str) -> dict[str, float]:
     """``{point: when}``; ``when`` >= 1 is a count, below 1 a probability. Raises ValueError."""
-    plan: dict[str, float] = {}
-    for part in filter(None, (p.strip() for p in value.split(","))):
-        name, sep, when = part.partition(":")
-        number = float(when) if sep else 1.0
-        if name not in POINTS or number <= 0 or (number >= 1 and not number.is_integer()):
-            raise ValueError(
-                f"{ENV}: {part!r} is not <point>:<count or probability>; "
-                f"points are {', '.join(sorted(POINTS))}"
-            )
-        plan[name] = number
-    return plan
+    return {name: when for _, name, when, _ in _entries(value)}
+
+
+def stops(value: str) -> frozenset[str]:
+    """The points of the plan that stop the process (``:stop``) instead of killing it."""
+    return frozenset(name for _, name, _, stop in _entries(value) if stop)
 
 
 _PLAN: dict[str, float] | None = parse(os.environ[ENV]) if os.environ.get(ENV) else None
+_STOPS: frozenset[str] = stops(os.environ[ENV]) if os.environ.get(ENV) else frozenset()
 _HITS: dict[str, int] = {}
 _PAUSES: dict[str, Callable[[], None]] = {}
 
@@ -74,7 +94,8 @@ def paused_at(name: str, action: Callable[[], None]) -> Iterator[None]:
 
 
 def point(name: str) -> None:
-    """Die here if the fault plan says so; a no-op when ``DURABLE_BEAT_FAULT`` is unset."""
+    """Die (or stop) here if the fault plan says so; a no-op when ``DURABLE_BEAT_FAULT`` is
+    unset."""
     if _PAUSES:
         pause = _PAUSES.get(name)
         if pause is not None:
@@ -84,5 +105,9 @@ def point(name: str) -> None:
     when = _PLAN[name]
     _HITS[name] = hits = _HITS.get(name, 0) + 1
     if (when >= 1 and hits == int(when)) or (when < 1 and random.random() < when):  # noqa: S311
+        if name in _STOPS:
+            os.write(2, f"durable-beat fault stopped at {name}\n".encode())
+            os.kill(os.getpid(), signal.SIGSTOP)  # returns once the test sends SIGCONT
+            return
         os.write(2, f"durable-beat fault injected at {name}\n".encode())
         os.kill(os.getpid(), signal.SIGKILL)

@@ -165,5 +165,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     )
 
 
-def pytest_report_collectionfinish(config: pytest.Config) -> str | list[str]:
-    return config.stash.get(DOCKER_DESELECTED, [])
+def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+    lines = [config.stash[DOCKER_DESELECTED]] if DOCKER_DESELECTED in config.stash else []
+    if any(item.get_closest_marker("chaos") for item in items):
+        from tests.support.chaos import header
+
+        lines.append(header())  # the seed, so a failing run can be replayed
+    return lines

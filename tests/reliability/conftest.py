@@ -36,7 +36,8 @@ class Record:
 
 class HaRig(ProcessRig):
     """One worker and any number of beats on one store and lease, all with one schedule, and
-    no worker guard: each tick executed exactly once must then be beat's doing alone."""
+    no worker guard (unless ``guard``): each tick executed exactly once must then be beat's
+    doing alone."""
 
     def __init__(
         self,
@@ -46,6 +47,8 @@ class HaRig(ProcessRig):
         lease_url: str | None,
         schedule: dict[str, Any],
         ttl: float = 30.0,
+        *,
+        guard: bool = False,
     ) -> None:
         super().__init__(
             workdir,
@@ -55,7 +58,7 @@ class HaRig(ProcessRig):
             lease_url=lease_url,
             lease_ttl=ttl,
             poll=0.2,
-            guard=False,
+            guard=guard,
         )
         self.lease_url = lease_url
         self.names = sorted(schedule)

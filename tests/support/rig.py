@@ -43,6 +43,8 @@ SETTINGS = {
     "timezone": "BEAT_TIMEZONE",
     "routes": "TASK_ROUTES",
     "worker_ttl": "WORKER_TTL",
+    "store_url": "DURABLE_BEAT_URL",
+    "broker": "BEAT_BROKER",
 }
 """Test app setting -> the environment variable ``procapp`` reads it from."""
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from celery_durable_beat import faults
-from tests.support.procs import REPO
+from tests.support.procs import REPO, wait_until
 
 
 @pytest.mark.unit
@@ -23,7 +23,24 @@ def test_parse_counts_and_probabilities() -> None:
 
 
 @pytest.mark.unit
-@pytest.mark.parametrize("bad", ["nowhere:1", "after_audit:0", "after_audit:1.5", "mid_batch:-1"])
+def test_stop_entries_stop_instead_of_killing() -> None:
+    plan = "after_publish:2:stop, mid_batch:0.5"
+    assert faults.parse(plan) == {"after_publish": 2.0, "mid_batch": 0.5}
+    assert faults.stops(plan) == {"after_publish"}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "nowhere:1",
+        "after_audit:0",
+        "after_audit:1.5",
+        "mid_batch:-1",
+        "mid_batch:x",
+        "mid_batch:1:pause",
+    ],
+)
 def test_parse_refuses_what_it_cannot_honour(bad: str) -> None:
     with pytest.raises(ValueError, match="DURABLE_BEAT_FAULT"):
         faults.parse(bad)
@@ -55,3 +72,39 @@ def test_the_process_kills_itself_at_the_nth_hit() -> None:
     assert done.returncode == -signal.SIGKILL
     assert done.stdout.split() == ["0", "1", "2"]
     assert "durable-beat fault injected at after_audit" in done.stderr
+
+
+@pytest.mark.integration  # a real process, stopped and continued
+def test_the_process_stops_itself_at_the_nth_hit_and_goes_on_after_sigcont() -> None:
+    code = (
+        "from celery_durable_beat import faults\n"
+        "for i in range(4):\n"
+        "    print(i, flush=True)\n"
+        "    faults.point('after_publish')\n"
+        "print('done', flush=True)\n"
+    )
+    env = {**os.environ, faults.ENV: "after_publish:2:stop", "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # written just before it stops itself
+        assert line == "durable-beat fault stopped at after_publish\n"
+        wait_until(lambda: _state(proc.pid) == "T", 10, "the process to be stopped")
+        os.kill(proc.pid, signal.SIGCONT)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    assert out.split() == ["0", "1", "2", "3", "done"]
+
+
+def _state(pid: int) -> str:
+    """The process's state letter in /proc (``T``: stopped)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0]
