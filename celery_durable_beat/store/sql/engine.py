@@ -36,6 +36,18 @@ T = TypeVar("T")
 PG_CONNECT_TIMEOUT_S = 10
 """How long connecting to PostgreSQL may take: an outage must surface, not hang beat."""
 
+PG_TCP_DEFAULTS = {
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+"""libpq's TCP settings unless the URL sets its own: a connection whose peer vanished (a
+partition, a host gone without a FIN) fails within about 25 s of silence, or 30 s of unacknowledged
+writes, instead of blocking beat until the network heals. A peer that keeps the TCP connection
+alive but answers nothing (a hung proxy) is not detected this way (docs/guarantees.md)."""
+
 IN_CHUNK = 500
 """Most bound values in one IN list (SQLite caps the variables of a statement)."""
 
@@ -100,6 +112,7 @@ def _pg_engine(url: URL) -> Engine:
         connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
     if "application_name" not in url.query:
         connect_args["application_name"] = "celery_durable_beat"
+    connect_args.update({k: v for k, v in PG_TCP_DEFAULTS.items() if k not in url.query})
     # pre_ping: after a database restart the pool would otherwise hand out dead connections.
     # hide_parameters: bound values (definitions, kwargs) never reach error text or logs.
     return create_engine(url, pool_pre_ping=True, hide_parameters=True, connect_args=connect_args)
