@@ -257,7 +257,7 @@ class CeleryPublisher:
                 yield CelerySession(self.app, producer, redact_keys=self.redact_keys)
                 return
             batching = producer.batch(max_size=BATCH_LIMIT)
-            session = self._batch_session()(
+            session = self._batch_session(producer)(
                 self.app, producer, batching.__enter__(), redact_keys=self.redact_keys
             )
             try:
@@ -271,13 +271,22 @@ class CeleryPublisher:
                 if not session.failed:  # after a failed confirm the batch refuses reuse
                     raise
 
-    def _batch_session(self) -> type[CelerySession]:
-        """Templated publishing (``publish_redis``) when provably equivalent, else send_task."""
+    def _batch_session(self, producer: Any) -> type[CelerySession]:
+        """Templated publishing (``publish_redis``) on kombu's Redis transport when provably
+        equivalent, else send_task (every other transport: the demo's ``filesystem://`` too)."""
+        if not self.templates or not _is_redis(producer):
+            return CelerySession
         from celery_durable_beat.publish_redis import TemplatedRedisSession, templating_refused
 
-        if self.templates and templating_refused(self.app) is None:
+        if templating_refused(self.app) is None:
             return TemplatedRedisSession
         return CelerySession
+
+
+def _is_redis(producer: Any) -> bool:
+    """Whether ``producer`` talks to Redis through kombu's Redis transport (Sentinel included)."""
+    transport = getattr(getattr(producer, "connection", None), "transport", None)
+    return getattr(transport, "driver_type", None) == "redis"
 
 
 class CapturingPublisher:

@@ -244,7 +244,11 @@ class TemplatedRedisSession(CelerySession):
             del state.publish  # the class's method again
         if reason is not None:
             return reason  # no template yet: the next tick of the key tries again
-        self.templates[key] = self._template_of(message, seen)
+        try:
+            self.templates[key] = self._template_of(message, seen)
+        except Exception:  # the tick is out already: templating must never fail the round
+            _refuse(message, "the captured message could not be checked")
+            self.templates[key] = None
         return None
 
     def _template_of(

@@ -261,3 +261,23 @@ def test_a_worker_runs_templated_ticks(make_rig: Any, redis_url: str) -> None:
     ran = sorted((r["id"], r["schedule"], r["tick_ms"], r["kwargs"]["at"]) for r in rows)
     assert ran == [(t.task_id, "Pulse", t.tick_ms, str(t.tick_ms)) for t in ticks]
     wait_until(rig.drained, 10, "queue drained")
+
+
+@pytest.mark.parametrize("broker", ["memory://", "filesystem://"])
+def test_other_transports_always_publish_through_send_task(broker: str, tmp_path: Path) -> None:
+    """The demo's ``filesystem://`` broker (and any non-Redis transport) never templates: nothing
+    of kombu's Redis transport is even imported for it."""
+    app = Celery("plain", broker=broker, set_as_current=False)
+    folder = str(tmp_path)
+    app.conf.broker_transport_options = {
+        "data_folder_in": folder,
+        "data_folder_out": folder,
+        "processed_folder": folder,
+    }
+    with CeleryPublisher(app).session() as session:
+        assert type(session) is CelerySession
+        for tick in (1000, 2000):
+            definition = Definition(name="job", task="t.work", spec=IntervalSpec(1000))
+            message = build_message("job", definition, tick, f"job@{tick}")
+            assert session.publish(message) is None
+        assert session.confirm() is None

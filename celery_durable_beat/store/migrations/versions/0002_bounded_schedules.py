@@ -1,5 +1,7 @@
-"""Schedule features: pause reasons, the ``buffer_one`` tick, the failure streak's start, and the
-workers that announce themselves.
+"""Schedule features: pause reasons, buffer_one, failure streaks, worker presence.
+
+The columns hold a paused schedule's reason, the ``buffer_one`` tick and where a failure streak
+starts; the table holds the workers that announce themselves.
 
 Revision ID: 0002
 Revises: 0001
