@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -35,6 +36,7 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     String,
+    Text,
     bindparam,
     cast,
     column,
@@ -80,14 +82,49 @@ def enqueued_among(conn: Connection, task_ids: Sequence[str]) -> set[str]:
     return found
 
 
-def due(conn: Connection, now_ms: int, limit: int) -> list[DueSchedule]:
+DEFINITION_CACHE_SIZE = 1024
+"""Most parsed definitions a store keeps (``DefinitionCache``): memory stays bounded whatever
+the number of schedules."""
+
+
+class DefinitionCache:
+    """Stored definitions already parsed, by their JSON text, so a schedule due round after
+    round (or many sharing one definition) is not parsed again each time.
+
+    Keyed by the exact stored text, which holds everything but the name: a hit is the same
+    definition renamed (``Definition.renamed``), equal to parsing the text again. At most
+    ``size`` texts are kept; the oldest goes first. A definition that cannot be read is never
+    kept: it raises as it would without the cache.
+    """
+
+    def __init__(self, size: int = DEFINITION_CACHE_SIZE) -> None:
+        self._size = size
+        self._parsed: dict[str, Definition] = {}
+        self._lock = threading.Lock()
+
+    def parse(self, name: str, text: str) -> Definition:
+        parsed = self._parsed.get(text)
+        if parsed is None:
+            parsed = Definition.from_json(name, json.loads(text))
+            with self._lock:
+                while self._parsed and len(self._parsed) >= self._size:
+                    del self._parsed[next(iter(self._parsed))]
+                self._parsed[text] = parsed
+        return parsed if parsed.name == name else parsed.renamed(name)
+
+
+def due(
+    conn: Connection, now_ms: int, limit: int, definitions: DefinitionCache | None = None
+) -> list[DueSchedule]:
     """The due rows, earliest first; not locked (store rule 2: fencing and compare-and-set
-    settle what two beats reading the same rows may do)."""
+    settle what two beats reading the same rows may do). Definitions are read as their stored
+    text and parsed through ``definitions`` (a fresh cache when None)."""
+    parse = (definitions or DefinitionCache()).parse
     query = (
         select(
             schedules.c.id,
             schedules.c.name,
-            schedules.c.definition,
+            cast(schedules.c.definition, Text()).label("definition"),
             schedules.c.version,
             schedules.c.next_tick_ms,
             schedules.c.last_tick_ms,
@@ -102,7 +139,7 @@ def due(conn: Connection, now_ms: int, limit: int) -> list[DueSchedule]:
     found: list[DueSchedule] = []
     for row in conn.execute(query).all():
         try:
-            definition = Definition.from_json(row.name, row.definition)
+            definition = parse(row.name, row.definition)
         except (KeyError, TypeError, ValueError) as exc:
             _quarantine_unreadable(conn, row.id, row.name, exc)
             continue
