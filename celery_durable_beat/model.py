@@ -284,6 +284,16 @@ class Definition:
         """``to_json`` as compact JSON text with sorted keys: what the hash is of."""
         return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
 
+    def renamed(self, name: str) -> Definition:
+        """This definition under another name: the stored JSON does not hold the name, so two
+        schedules with the same JSON differ in nothing else. A shallow copy of the validated
+        fields rather than ``dataclasses.replace``, which validates and copies all 18 again
+        (the round's definition cache, ``store/sql/round.py``, calls this once per row)."""
+        clone = object.__new__(Definition)
+        clone.__dict__.update(self.__dict__)
+        clone.__dict__["name"] = name
+        return clone
+
     @classmethod
     def from_json(cls, name: str, data: Mapping[str, Any]) -> Definition:
         fmt = data.get("format")

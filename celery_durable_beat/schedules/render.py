@@ -24,20 +24,39 @@ def tick_isoformat(tick_ms: int, tz: str) -> str:
 
 
 def render(value: Any, tick_ms: int, tz: str) -> Any:
-    """A copy of ``value`` with the placeholders of every nested string filled in."""
-    values = {
-        "{{scheduled_for}}": tick_isoformat(tick_ms, tz),
-        "{{scheduled_for_ms}}": str(tick_ms),
-    }
-    return _render(value, values)
+    """A copy of ``value`` with the placeholders of every nested string filled in.
+
+    The filled-in texts are made only when a string holds a placeholder: most ticks have none,
+    and formatting the instant in its zone was most of the cost of rendering them."""
+    return _render(value, _Values(tick_ms, tz))
 
 
-def _render(value: Any, values: Mapping[str, str]) -> Any:
+class _Values:
+    """The placeholder texts of one tick, each made on first use."""
+
+    __slots__ = ("_texts", "_tick_ms", "_tz")
+
+    def __init__(self, tick_ms: int, tz: str) -> None:
+        self._tick_ms = tick_ms
+        self._tz = tz
+        self._texts: dict[str, str] | None = None
+
+    def __getitem__(self, marker: str) -> str:
+        if self._texts is None:
+            self._texts = {
+                "{{scheduled_for}}": tick_isoformat(self._tick_ms, self._tz),
+                "{{scheduled_for_ms}}": str(self._tick_ms),
+            }
+        return self._texts[marker]
+
+
+def _render(value: Any, values: _Values) -> Any:
     if isinstance(value, str):
         if "{{" not in value:
             return value
         for marker in _MARKERS:
-            value = value.replace(marker, values[marker])
+            if marker in value:
+                value = value.replace(marker, values[marker])
         return value
     if isinstance(value, Mapping):
         return {key: _render(item, values) for key, item in value.items()}

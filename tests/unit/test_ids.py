@@ -188,3 +188,28 @@ def test_render_returns_copies() -> None:
     assert rendered == ["5000", {"k": ["5000"]}]
     assert args == ["{{scheduled_for_ms}}", {"k": ["{{scheduled_for_ms}}"]}]
     assert isinstance(render(("a",), 0, "UTC"), tuple)
+
+
+def test_render_formats_the_instant_only_for_a_placeholder(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Most ticks have no placeholder: formatting the instant in its zone is then skipped, and
+    the copy is the same as ever."""
+    from celery_durable_beat.schedules import render as render_module
+
+    calls: list[int] = []
+
+    def counting(tick_ms: int, tz: str) -> str:
+        calls.append(tick_ms)
+        return tick_isoformat(tick_ms, tz)
+
+    monkeypatch.setattr(render_module, "tick_isoformat", counting)
+    value = {"pad": "x" * 64, "list": [1, "{{ not a marker"]}
+    rendered = render(value, 5000, "UTC")
+    assert rendered == value and rendered is not value and rendered["list"] is not value["list"]
+    assert calls == []
+    assert render(["{{scheduled_for_ms}}", "{{scheduled_for}}"], 5000, "UTC") == [
+        "5000",
+        "1970-01-01T00:00:05+00:00",
+    ]
+    assert calls == [5000]  # once per render, however many placeholders

@@ -1,8 +1,10 @@
 """The round's hot path on SQL: the due query, audit inserts, compare-and-set advances.
 
 Each is batched so a round of thousands of due schedules costs a few statements, not thousands:
-PostgreSQL gets audit rows and advances as arrays, one ``INSERT … SELECT … FROM unnest(…)`` and
-one ``UPDATE … FROM unnest(…)`` whose RETURNING says which rows were written; SQLite, which has
+PostgreSQL gets audit rows and advances as one JSON parameter each (a single C ``json.dumps``,
+where adapting an array per column element by element cost more than the statements), one
+``INSERT … SELECT … FROM json_to_recordset(…)`` and one ``UPDATE … FROM json_to_recordset(…)``
+whose RETURNING says which rows were written; SQLite, which has
 the write lock for the whole transaction, writes audit rows in one executemany and decides the
 compare-and-set from one read before writing the winners in one executemany.
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,6 +36,7 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     String,
+    Text,
     bindparam,
     cast,
     column,
@@ -41,7 +45,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql.elements import BindParameter, ColumnElement
+from sqlalchemy.sql.elements import ColumnElement
 
 from celery_durable_beat import faults
 from celery_durable_beat.exceptions import StaleEpoch
@@ -78,14 +82,49 @@ def enqueued_among(conn: Connection, task_ids: Sequence[str]) -> set[str]:
     return found
 
 
-def due(conn: Connection, now_ms: int, limit: int) -> list[DueSchedule]:
+DEFINITION_CACHE_SIZE = 1024
+"""Most parsed definitions a store keeps (``DefinitionCache``): memory stays bounded whatever
+the number of schedules."""
+
+
+class DefinitionCache:
+    """Stored definitions already parsed, by their JSON text, so a schedule due round after
+    round (or many sharing one definition) is not parsed again each time.
+
+    Keyed by the exact stored text, which holds everything but the name: a hit is the same
+    definition renamed (``Definition.renamed``), equal to parsing the text again. At most
+    ``size`` texts are kept; the oldest goes first. A definition that cannot be read is never
+    kept: it raises as it would without the cache.
+    """
+
+    def __init__(self, size: int = DEFINITION_CACHE_SIZE) -> None:
+        self._size = size
+        self._parsed: dict[str, Definition] = {}
+        self._lock = threading.Lock()
+
+    def parse(self, name: str, text: str) -> Definition:
+        parsed = self._parsed.get(text)
+        if parsed is None:
+            parsed = Definition.from_json(name, json.loads(text))
+            with self._lock:
+                while self._parsed and len(self._parsed) >= self._size:
+                    del self._parsed[next(iter(self._parsed))]
+                self._parsed[text] = parsed
+        return parsed if parsed.name == name else parsed.renamed(name)
+
+
+def due(
+    conn: Connection, now_ms: int, limit: int, definitions: DefinitionCache | None = None
+) -> list[DueSchedule]:
     """The due rows, earliest first; not locked (store rule 2: fencing and compare-and-set
-    settle what two beats reading the same rows may do)."""
+    settle what two beats reading the same rows may do). Definitions are read as their stored
+    text and parsed through ``definitions`` (a fresh cache when None)."""
+    parse = (definitions or DefinitionCache()).parse
     query = (
         select(
             schedules.c.id,
             schedules.c.name,
-            schedules.c.definition,
+            cast(schedules.c.definition, Text()).label("definition"),
             schedules.c.version,
             schedules.c.next_tick_ms,
             schedules.c.last_tick_ms,
@@ -100,7 +139,7 @@ def due(conn: Connection, now_ms: int, limit: int) -> list[DueSchedule]:
     found: list[DueSchedule] = []
     for row in conn.execute(query).all():
         try:
-            definition = Definition.from_json(row.name, row.definition)
+            definition = parse(row.name, row.definition)
         except (KeyError, TypeError, ValueError) as exc:
             _quarantine_unreadable(conn, row.id, row.name, exc)
             continue
@@ -187,8 +226,19 @@ def record(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
     conn.execute(stmt, rows)
 
 
-_AUDIT_TEXT = ("schedule", "schedule_key", "task_id", "trigger", "outcome", "reason", "detail")
-_AUDIT_NUMBERS = ("tick_ms", "lag_ms", "version")
+_AUDIT_TYPES: dict[str, Any] = {
+    "schedule": String(),
+    "schedule_key": String(),
+    "tick_ms": BigInteger(),
+    "task_id": String(),
+    "trigger": String(),
+    "outcome": String(),
+    "reason": String(),
+    "lag_ms": BigInteger(),
+    "version": Integer(),
+    "detail": JSON(),
+}
+"""The audit columns a round writes, as the PostgreSQL batch declares them (``_given``)."""
 
 
 def _audit_values(event: AuditEvent) -> dict[str, Any]:
@@ -206,21 +256,23 @@ def _audit_values(event: AuditEvent) -> dict[str, Any]:
     }
 
 
-def _record_pg(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
-    """``INSERT … SELECT … FROM unnest(…) WHERE <fenced> ON CONFLICT DO NOTHING RETURNING id``."""
-    names = (*_AUDIT_TEXT, *_AUDIT_NUMBERS)
-    arrays = [
-        bindparam(f"r_{name}", type_=ARRAY(String() if name in _AUDIT_TEXT else BigInteger()))
-        for name in names
-    ]
-    given = (
-        func.unnest(*arrays)
-        .table_valued(*(column(name) for name in names))
-        .render_derived(name="given")
+def _given(prefix: str, types: dict[str, Any]) -> Any:
+    """``json_to_recordset(CAST(:<prefix>_rows AS JSON)) AS given(<name> <type>, …)``: a batch of
+    rows as one JSON parameter. One ``json.dumps`` of the batch (C) replaces adapting one array
+    per column element by element, the largest cost of a round's writes before."""
+    rows = cast(bindparam(f"{prefix}_rows", type_=String()), JSON())
+    return (
+        func.json_to_recordset(rows)
+        .table_valued(*(column(name, type_) for name, type_ in types.items()))
+        .render_derived(name="given", with_types=True)
     )
-    values: dict[str, Any] = {name: given.c[name] for name in names}
-    values["detail"] = cast(given.c.detail, JSON())
-    values["version"] = cast(given.c.version, Integer())
+
+
+def _record_pg(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
+    """``INSERT … SELECT … FROM json_to_recordset(…) WHERE <fenced> ON CONFLICT DO NOTHING
+    RETURNING id``."""
+    given = _given("r", _AUDIT_TYPES)
+    values: dict[str, Any] = {name: given.c[name] for name in _AUDIT_TYPES}
     values["epoch"] = bindparam("r_epoch", type_=BigInteger())
     values["recorded_at_ms"] = PG_NOW
     chosen = select(*values.values()).where(_fenced(bindparam("r_epoch")))
@@ -232,17 +284,14 @@ def _record_pg(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> No
     )
     faults.point("fenced_write")
     for chunk in iter_chunks(events, 5000):
-        rows = [_audit_values(event) for event in chunk]
-        for row in rows:
-            row["detail"] = json.dumps(row["detail"])
-        params: dict[str, Any] = {f"r_{name}": [row[name] for row in rows] for name in names}
-        params["r_epoch"] = epoch
-        written = len(conn.execute(stmt, params).all())
-        if written < len(rows):  # replays, or refused by the fence: the fence says which
+        rows = json.dumps([_audit_values(event) for event in chunk])
+        written = len(conn.execute(stmt, {"r_rows": rows, "r_epoch": epoch}).all())
+        if written < len(chunk):  # replays, or refused by the fence: the fence says which
             _refuse_if_stale(conn, epoch)
 
 
-def _advance_values(item: Advance, epoch: int, now: int) -> dict[str, Any]:
+def _moved(item: Advance) -> dict[str, Any]:
+    """The columns an advance moves (``_MOVED``), as stored."""
     return {
         "next_tick_ms": item.next_tick_ms,
         "next_due_ms": item.next_due_ms,
@@ -252,9 +301,11 @@ def _advance_values(item: Advance, epoch: int, now: int) -> dict[str, Any]:
         "state": item.state.value,
         "state_reason": _value(item.state_reason),
         "buffered_tick_ms": item.buffered_tick_ms,
-        "epoch": epoch,
-        "updated_at_ms": now,
     }
+
+
+def _advance_values(item: Advance, epoch: int, now: int) -> dict[str, Any]:
+    return {**_moved(item), "epoch": epoch, "updated_at_ms": now}
 
 
 _MOVED = (
@@ -267,21 +318,19 @@ _MOVED = (
     "state_reason",
     "buffered_tick_ms",
 )
-_TEXT_COLUMNS = frozenset({"last_outcome", "state", "state_reason"})
+_ADVANCE_TYPES: dict[str, Any] = {
+    "id": BigInteger(),
+    "expected": BigInteger(),
+    **{
+        name: String() if name in ("last_outcome", "state", "state_reason") else BigInteger()
+        for name in _MOVED
+    },
+}
 
 
-def _advance_from_arrays() -> Any:
-    """``UPDATE schedules … FROM unnest(:a_id, :a_expected, …) AS given(…) … RETURNING id``."""
-    names = ("id", "expected", *_MOVED)
-    arrays: list[BindParameter[Any]] = [
-        bindparam(f"a_{name}", type_=ARRAY(String() if name in _TEXT_COLUMNS else BigInteger()))
-        for name in names
-    ]
-    given = (
-        func.unnest(*arrays)
-        .table_valued(*(column(name) for name in names))
-        .render_derived(name="given")
-    )
+def _advance_from_rows() -> Any:
+    """``UPDATE schedules … FROM json_to_recordset(:a_rows) AS given(…) … RETURNING id``."""
+    given = _given("a", _ADVANCE_TYPES)
     return (
         update(schedules)
         .where(
@@ -311,16 +360,16 @@ def advance(conn: Connection, advances: Sequence[Advance], epoch: int) -> set[in
 
 
 def _advance_pg(conn: Connection, advances: Sequence[Advance], epoch: int) -> set[int]:
-    """One statement per chunk, whatever the number of schedules: arrays in, moved ids out."""
-    stmt = _advance_from_arrays()
+    """One statement per chunk, whatever the number of schedules: rows in, moved ids out."""
+    stmt = _advance_from_rows()
     applied: set[int] = set()
     faults.point("fenced_write")
     for chunk in iter_chunks(advances, 5000):
-        rows = [_advance_values(item, epoch, 0) for item in chunk]
-        params: dict[str, Any] = {f"a_{name}": [row[name] for row in rows] for name in _MOVED}
-        params["a_id"] = [item.schedule_id for item in chunk]
-        params["a_expected"] = [item.expected_next_tick_ms for item in chunk]
-        params["a_epoch"] = epoch
+        rows = [
+            {"id": item.schedule_id, "expected": item.expected_next_tick_ms, **_moved(item)}
+            for item in chunk
+        ]
+        params = {"a_rows": json.dumps(rows), "a_epoch": epoch}
         moved = set(conn.execute(stmt, params).scalars())
         if len(moved) < len(chunk):  # compare-and-set misses, or the fence: the fence says which
             _refuse_if_stale(conn, epoch)

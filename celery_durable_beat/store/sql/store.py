@@ -53,6 +53,8 @@ class SqlStore(LazyEngine):
         # PostgreSQL ends a round's write left idle this long: a leader frozen inside it (SIGSTOP,
         # a VM pause) must not keep schedule rows locked from the next leader (engine.limit_idle).
         self._stall_timeout_ms = None if stall_timeout_s is None else round(stall_timeout_s * 1000)
+        # Parsed definitions of due rows, bounded: a schedule due every round is parsed once.
+        self._definitions = sql_round.DefinitionCache()
 
     def _single_read(self, query: Callable[[Connection], T]) -> T:
         """One SELECT on PostgreSQL in autocommit: no BEGIN/ROLLBACK round trips (hot path)."""
@@ -89,7 +91,7 @@ class SqlStore(LazyEngine):
             raise InvalidArgument(f"claim_due needs a limit of at least 1; got {limit}")
         # A write transaction: an unreadable definition is quarantined on the way (round.due).
         with self._tx() as conn:
-            due = sql_round.due(conn, now_ms, limit)
+            due = sql_round.due(conn, now_ms, limit, self._definitions)
         yield SqlClaim(self, due)
 
     def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
