@@ -318,17 +318,7 @@ class Dispatcher:
             records.event(due, tick, None, Outcome.SKIPPED, Reason.FAILURES, now_ms)
             for tick in ticks
         ]
-        advance = Advance(
-            schedule_id=due.id,
-            expected_next_tick_ms=due.next_tick_ms,
-            next_tick_ms=due.next_tick_ms,
-            next_due_ms=None,
-            last_tick_ms=due.last_tick_ms,
-            last_outcome=Outcome.SKIPPED,
-            failures=due.failures,
-            state=ScheduleState.PAUSED,
-            state_reason=StateReason.FAILURES,
-        )
+        advance = records.stop(due, due.failures, ScheduleState.PAUSED, StateReason.FAILURES)
         return _Result(item, events, advance, None)
 
     def _quarantine_unknown(self, item: _Work, now_ms: int) -> _Result:
@@ -340,10 +330,8 @@ class Dispatcher:
             item.streak,
             extra={"action": Action.QUARANTINED.value, "schedule": due.name},
         )
-        event = records.event(
-            due, records.position(due), None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms
-        )
-        return _Result(item, [event], records.quarantine(due, item.streak), Reason.UNKNOWN_TASK)
+        events = list(records.stopped(due, Reason.QUARANTINED, now_ms))
+        return _Result(item, events, records.quarantine(due, item.streak), Reason.UNKNOWN_TASK)
 
     def _fire(
         self, due: DueSchedule, message: TickMessage, session: PublishSession, existing: set[str]
@@ -446,9 +434,7 @@ def _plan_all(
 
 
 def _quarantine_unplannable(due: DueSchedule, now_ms: int, stats: RoundStats) -> Advance:
-    stats.events.append(
-        records.event(due, records.position(due), None, Outcome.SKIPPED, Reason.QUARANTINED, now_ms)
-    )
+    stats.events.extend(records.stopped(due, Reason.QUARANTINED, now_ms))
     return records.quarantine(due, due.failures)
 
 

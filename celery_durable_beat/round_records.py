@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from celery_durable_beat.model import Outcome, Reason, ScheduleState, Trigger
+from celery_durable_beat.model import Outcome, Reason, ScheduleState, StateReason, Trigger
 from celery_durable_beat.policy import Dropped, due_ms
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule
 
@@ -80,6 +80,14 @@ def advance_to(
 
 def quarantine(due: DueSchedule, failures: int) -> Advance:
     """Stop ``due`` where it is (not due until resumed); its ``skipped`` record says why."""
+    return stop(due, failures, ScheduleState.QUARANTINED)
+
+
+def stop(
+    due: DueSchedule, failures: int, state: ScheduleState, reason: StateReason | None = None
+) -> Advance:
+    """Leave ``due`` at its tick in ``state`` (quarantined, or paused for ``reason``): nothing
+    is due until an operator resumes it; a held ``buffer_one`` tick is dropped with it."""
     return Advance(
         schedule_id=due.id,
         expected_next_tick_ms=due.next_tick_ms,
@@ -88,8 +96,17 @@ def quarantine(due: DueSchedule, failures: int) -> Advance:
         last_tick_ms=due.last_tick_ms,
         last_outcome=Outcome.SKIPPED,
         failures=failures,
-        state=ScheduleState.QUARANTINED,
+        state=state,
+        state_reason=reason,
     )
+
+
+def stopped(due: DueSchedule, reason: Reason, now_ms: int) -> Iterator[AuditEvent]:
+    """The ``skipped`` records of a schedule stopped where it stands: its next tick and, when
+    ``buffer_one`` held one, that tick too (a stop drops it, never silently)."""
+    ticks = {due.next_tick_ms, due.buffered_tick_ms} - {None}
+    for tick in sorted(t for t in ticks if t is not None):
+        yield event(due, tick, None, Outcome.SKIPPED, reason, now_ms)
 
 
 def position(due: DueSchedule) -> int:
