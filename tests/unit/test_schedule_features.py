@@ -395,3 +395,23 @@ def test_operator_pause_and_disabled_entries_say_why() -> None:
     assert resumed.state_reason is None
     assert store.get("on").last_outcome is None  # type: ignore[union-attr]
     assert Outcome  # the vocabulary is imported for the readers of this file
+
+
+def test_a_stop_records_the_held_tick_it_drops() -> None:
+    from celery_durable_beat import round_records as records
+    from celery_durable_beat.model import Reason
+    from celery_durable_beat.store.base import DueSchedule
+
+    definition = validate_entry("job", {"task": "t", "schedule": "@every 10s"})
+    due = DueSchedule(1, "job", definition, 1, T0 + 30 * SECOND, None, 0, T0 + 20 * SECOND)
+    stopped = list(records.stopped(due, Reason.QUARANTINED, T0 + 31 * SECOND))
+    assert [(e.tick_ms - T0, e.reason) for e in stopped] == [
+        (20 * SECOND, "quarantined"),
+        (30 * SECOND, "quarantined"),
+    ]
+    advance = records.stop(due, 5, ScheduleState.PAUSED, StateReason.FAILURES)
+    assert (advance.state, advance.state_reason, advance.buffered_tick_ms) == (
+        ScheduleState.PAUSED,
+        StateReason.FAILURES,
+        None,
+    )
