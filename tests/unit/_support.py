@@ -119,3 +119,21 @@ def _gap_matches(
             return True
         wall += timedelta(seconds=step)
     return False
+
+
+class FakeClock:
+    """Wall and monotonic time that move only when told (``sleep`` and ``advance`` alike)."""
+
+    def __init__(self, start_ms: int = 1_780_000_000_000) -> None:
+        self.ms = start_ms
+
+    def now_ms(self) -> int:
+        return self.ms
+
+    def monotonic(self) -> float:
+        return self.ms / 1000
+
+    def sleep(self, seconds: float) -> None:
+        self.ms += round(seconds * 1000)
+
+    advance = sleep

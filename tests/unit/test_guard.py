@@ -19,27 +19,12 @@ from celery_durable_beat.runs.base import RunKey, Runs, RunState, RunWrite
 from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.worker.guard import CIRCUIT_S, GuardRuntime, Refused
+from tests.unit._support import FakeClock
 
 pytestmark = pytest.mark.unit
 
 T0 = 1_780_000_000_000
 KEY = RunKey(tick_task_id("Nightly", T0), "Nightly", T0, Trigger.AUTO.value)
-
-
-class FakeClock:
-    """Wall and monotonic time that move only when told."""
-
-    def __init__(self) -> None:
-        self.ms = T0
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def monotonic(self) -> float:
-        return self.ms / 1000
-
-    def sleep(self, seconds: float) -> None:
-        self.ms += round(seconds * 1000)
 
 
 class Flaky(MemoryRuns):

@@ -31,27 +31,12 @@ from celery_durable_beat.worker.presence import (
     announce_every,
     consumed_queues,
 )
+from tests.unit._support import FakeClock
 
 pytestmark = pytest.mark.unit
 
 T0 = 1_780_000_000_000
 TTL_S = 60
-
-
-class FakeClock:
-    """Wall and monotonic time that move only when told."""
-
-    def __init__(self) -> None:
-        self.ms = T0
-
-    def now_ms(self) -> int:
-        return self.ms
-
-    def monotonic(self) -> float:
-        return self.ms / 1000
-
-    def advance(self, seconds: float) -> None:
-        self.ms += round(seconds * 1000)
 
 
 class Registry(MemoryRuns):
