@@ -31,7 +31,7 @@ from celery_durable_beat.worker.presence import (
     announce_every,
     consumed_queues,
 )
-from tests.unit._support import FakeClock
+from ._support import FakeClock
 
 pytestmark = pytest.mark.unit
 
