@@ -19,6 +19,7 @@ from celery_durable_beat.runs.base import RunKey, Runs, RunState, RunWrite
 from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.worker.guard import CIRCUIT_S, GuardRuntime, Refused
+
 from ._support import FakeClock
 
 pytestmark = pytest.mark.unit

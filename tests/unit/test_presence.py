@@ -31,6 +31,7 @@ from celery_durable_beat.worker.presence import (
     announce_every,
     consumed_queues,
 )
+
 from ._support import FakeClock
 
 pytestmark = pytest.mark.unit
