@@ -177,3 +177,14 @@ class PlainBase(Task):  # type: ignore[misc]
 @app.task(name="procapp.custom_base", bind=True, base=PlainBase)
 def custom_base(self: Any) -> None:
     _append("TICKS_FILE", _row(self, "run"))
+
+
+@app.task(name="procapp.late_record", bind=True, acks_late=True)
+def late_record(self: Any) -> None:
+    """A short row per run, acknowledged after it: the soak runs a thousand a second and kills
+    workers, so a message in flight is redelivered (acks_late), never lost with its worker."""
+    origin = periodic_origin(self.request)
+    row = {"event": "run", "id": self.request.id, "pid": os.getpid(), "t": time.time()}
+    if origin is not None:
+        row.update(schedule=origin.schedule, tick_ms=origin.tick_ms)
+    _append("TICKS_FILE", row)
