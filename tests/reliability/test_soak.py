@@ -151,7 +151,7 @@ def soak_rig(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[ProcessRig
             "task": "procapp.late_record",
             "schedule": "@every 1s",
             "missed": "backfill",
-            "backfill_max": 100_000,
+            "backfill_max": 1000,
         }
         for i in range(SCHEDULE_COUNT)
     }
