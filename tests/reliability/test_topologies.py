@@ -6,10 +6,12 @@ free ports, fails that topology over mid-run where it can fail over, and checks 
 each executed once, and no beat exited or was restarted (``assert_all_alive``, exit 0 on stop).
 
 - Redis Sentinel: a primary, a replica and three sentinels; the lease (and the guard's claims)
-  on a ``sentinel://…;sentinel://…`` URL. The primary is killed; once the sentinels have
-  promoted the replica, the lease keys are deleted on it too: what a replica that lagged behind
-  the primary looks like, so the epoch floor from the store is what keeps the new leader's epoch
-  above every epoch already written (the lease module docstring).
+  on a ``sentinel://…;sentinel://…`` URL. Two failovers: ``SENTINEL FAILOVER`` first (the old
+  master is demoted and answers ``READONLY`` on the connections beat holds), then the new master
+  is killed; once the sentinels have promoted the other server, the lease keys are deleted on it
+  too: what a replica that lagged behind the master looks like, so the epoch floor from the
+  store is what keeps the new leader's epoch above every epoch already written (the lease
+  module docstring).
 - TLS: a Redis speaking only TLS with a certificate of a CA made by ``openssl`` for the test; the
   lease on ``rediss://…?ssl_cert_reqs=CERT_REQUIRED&ssl_ca_certs=…``.
 - PostgreSQL: a primary and a streaming replica (``pg_basebackup -R``); the store (and the lease
@@ -90,7 +92,7 @@ def _ticks_resume(rig: Any, after_ms: int) -> None:
     rig.assert_all_alive()
 
 
-def test_a_sentinel_failover_is_followed_by_the_lease_and_the_claims(
+def test_sentinel_failovers_are_followed_by_the_lease_and_the_claims(
     make_rig: Any, pg_url: str, private_redis: str, sentinels: SentinelRedis
 ) -> None:
     rig = make_rig(
@@ -103,10 +105,11 @@ def test_a_sentinel_failover_is_followed_by_the_lease_and_the_claims(
         lease_options=sentinels.options,
     )
     leader, epoch_before = rig.start_leader_and_standby()
-    sentinels.fail_over()
-    promoted = sentinels.client(sentinels.replica.port)
+    sentinels.fail_over(kill=False)  # demoted: the beats' connections answer READONLY
+    _ticks_resume(rig, rig.store.now_ms())
+    promoted = sentinels.client(sentinels.fail_over(kill=True).port)  # the master dies
     try:
-        promoted.delete(*LEASE_KEYS)  # the replica lagged: it never saw the lease nor its epoch
+        promoted.delete(*LEASE_KEYS)  # and its replica lagged: no lease, no epoch counter
         failed_over_at = rig.store.now_ms()
         _ticks_resume(rig, failed_over_at)
         rig.stop_beats()

@@ -180,7 +180,7 @@ class Sentinel:
             f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
             f"sentinel monitor {master} 127.0.0.1 {primary_port} {quorum}\n"
             f"sentinel down-after-milliseconds {master} 1000\n"
-            f"sentinel failover-timeout {master} 4000\n"
+            f"sentinel failover-timeout {master} 2000\n"
             f"sentinel parallel-syncs {master} 1\n"
         )
         self.proc: subprocess.Popen[bytes] | None = None
@@ -205,7 +205,8 @@ class SentinelRedis:
     """A Redis primary, one replica and three sentinels (quorum 2), all on free ports.
 
     ``url`` and ``options`` are the lease settings a Celery user would write for it;
-    ``fail_over`` kills the primary and waits until the sentinels name the replica instead.
+    ``fail_over`` moves the master to the other server, by killing it or by ``SENTINEL
+    FAILOVER``, and waits until the sentinels name the new one.
     """
 
     def __init__(self, master: str = "topo") -> None:
@@ -219,7 +220,7 @@ class SentinelRedis:
     def start(self) -> None:
         self.primary.start()
         self.replica.start()
-        wait_until(self._replica_in_sync, 20, "the replica to sync with the primary")
+        wait_until(lambda: self._in_sync(self.replica), 20, "the replica to sync")
         for sentinel in self.sentinels:
             sentinel.start()
         wait_until(self._sentinels_see_the_replica, 30, "the sentinels to find the replica")
@@ -238,10 +239,13 @@ class SentinelRedis:
         finally:
             client.close()
 
-    def _replica_in_sync(self) -> bool:
-        client = self.client(self.replica.port)
+    def _in_sync(self, server: ThrowawayRedis) -> bool:
+        """Whether ``server`` is a replica whose link to its master is up."""
+        client = self.client(server.port)
         try:
             return bool(client.info("replication").get("master_link_status") == "up")
+        except OSError:
+            return False
         finally:
             client.close()
 
@@ -261,20 +265,31 @@ class SentinelRedis:
                 return int(answer[1])
         return None
 
-    def fail_over(self, timeout: float = 40) -> None:
-        """Kill the primary (no shutdown, no last save) and wait for the replica to lead."""
-        assert self.primary.proc is not None
-        self.primary.proc.kill()
-        self.primary.proc.wait(timeout=10)
-        self.primary.proc = None
+    def fail_over(self, *, kill: bool, timeout: float = 40) -> ThrowawayRedis:
+        """Fail the master over to the other server and wait until the sentinels name it and it
+        says it is master; the new master. ``kill``: the master dies (no shutdown, no last
+        save); else ``SENTINEL FAILOVER``, which demotes the master to a replica, so clients
+        still connected to it get ``READONLY`` errors rather than a closed socket."""
+        current, other = self.primary, self.replica
+        if self.master_port() != current.port:
+            current, other = other, current
+        if kill:
+            assert current.proc is not None
+            current.proc.kill()
+            current.proc.wait(timeout=10)
+            current.proc = None
+        else:
+            wait_until(lambda: self._in_sync(other), 20, "the replica to be in sync")
+            self._ask(self.sentinels[0], "SENTINEL", "FAILOVER", self.master)
         wait_until(
-            lambda: self.master_port() == self.replica.port and self._replica_is_master(),
+            lambda: self.master_port() == other.port and self._is_master(other),
             timeout,
-            "the sentinels to promote the replica",
+            f"the sentinels to promote the server on port {other.port}",
         )
+        return other
 
-    def _replica_is_master(self) -> bool:
-        client = self.client(self.replica.port)
+    def _is_master(self, server: ThrowawayRedis) -> bool:
+        client = self.client(server.port)
         try:
             return bool(client.info("replication").get("role") == "master")
         finally:
