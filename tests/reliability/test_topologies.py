@@ -41,6 +41,7 @@ from tests.support.servers import (
 pytestmark = [pytest.mark.reliability, pytest.mark.topology, pytest.mark.timeout(150)]
 
 TTL = 6.0
+SLOW_FAILOVERS = 8
 LEASE_KEYS = ("{durable_beat}:lease", "{durable_beat}:lease:holder", "{durable_beat}:lease:epoch")
 
 
@@ -158,4 +159,29 @@ def test_a_postgresql_promotion_is_followed_without_a_restart(
     rig.stop_beats()
     enqueued = rig.assert_exactly_once(drain_timeout=60)
     assert max(r.epoch for r in enqueued) >= epoch_before
+    assert "Traceback" not in leader.output()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_many_sentinel_failovers_in_a_row(
+    make_rig: Any, pg_url: str, private_redis: str, sentinels: SentinelRedis
+) -> None:
+    """The long variant: the master moves back and forth ``SLOW_FAILOVERS`` times, each time
+    once the ticks have resumed on the previous one."""
+    rig = make_rig(
+        pg_url,
+        private_redis,
+        sentinels.url,
+        every_second("s", "t"),
+        TTL,
+        guard=True,
+        lease_options=sentinels.options,
+    )
+    leader, _ = rig.start_leader_and_standby()
+    for _ in range(SLOW_FAILOVERS):
+        sentinels.fail_over(kill=False)
+        _ticks_resume(rig, rig.store.now_ms())
+    rig.stop_beats()
+    rig.assert_exactly_once(drain_timeout=60)
     assert "Traceback" not in leader.output()
