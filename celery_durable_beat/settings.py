@@ -10,11 +10,13 @@ import os
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.model import MissedPolicy
-from celery_durable_beat.redact import DEFAULT_KEYS
+from celery_durable_beat.redact import DEFAULT_KEYS, redact
+from celery_durable_beat.redis_client import SETTING_OPTIONS, SETTING_URL, TRANSPORT_KEYS
+from celery_durable_beat.redis_client import problem as lease_problem
 from celery_durable_beat.urls import redact_url
 
 DEFAULT_URL = "sqlite:///celerybeat-durable.sqlite3"
@@ -52,6 +54,12 @@ class Settings(BaseModel):
 
     url: str = DEFAULT_URL
     lease_url: str | None = None
+    """``redis://``, ``rediss://`` (TLS), ``unix://`` or ``sentinel://…;sentinel://…``, as
+    Celery's Redis settings take them (``redis_client``); unset: the lease row in the store."""
+    lease_transport_options: dict[str, Any] | None = Field(None, repr=False)
+    """For a sentinel lease URL: ``master_name`` (required), ``sentinel_kwargs`` (the sentinels'
+    own connection options, e.g. their password), ``min_other_sentinels`` — Celery's
+    ``broker_transport_options`` keys of the same meaning."""
     lease_ttl: float = Field(30.0, gt=0)
     poll_interval: float = Field(1.0, gt=0)
     batch_size: int = Field(500, ge=1, le=100_000)
@@ -92,9 +100,41 @@ class Settings(BaseModel):
         if env.get(TOKENS_ENV):
             values["api_tokens"] = _tokens_from_env(env[TOKENS_ENV])
         try:
-            return cls(**values)
+            settings = cls(**values)
         except ValidationError as exc:
             raise ConfigError([_problem(err) for err in exc.errors()]) from None
+        settings.check_lease()
+        return settings
+
+    @field_validator("lease_transport_options")
+    @classmethod
+    def _known_transport_keys(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A misspelt key would leave a sentinel lease without its master name or password
+        and fail later, far from the cause: refused here, naming the keys read."""
+        unknown = sorted(set(value or {}) - set(TRANSPORT_KEYS))
+        if unknown:
+            raise ValueError(f"unknown keys {unknown}; the lease reads {', '.join(TRANSPORT_KEYS)}")
+        return value
+
+    def check_lease(self) -> None:
+        """Refuse (``ConfigError``) a lease URL no Redis client can be built from, or a sentinel
+        URL without its master's name: a process must not start and fail in every round."""
+        if not self.lease_url:
+            return
+        found = lease_problem(self.lease_url, self.lease_transport_options)
+        if found is None:
+            return
+        field = SETTING_OPTIONS if "master_name" in found else SETTING_URL
+        shown = redact_url(self.lease_url)
+        raise ConfigError(
+            [
+                SettingProblem(
+                    entry="settings",
+                    field=field,
+                    problem=f"{SETTING_URL} = {shown}: {found}",
+                )
+            ]
+        )
 
 
 def _tokens_from_env(text: str) -> dict[str, str] | str:
@@ -124,7 +164,10 @@ def _problem(error: Any) -> SettingProblem:
             field=setting,
             problem=f"{setting} (tokens not shown): {message}",  # a token never reaches a log
         )
-    shown = redact_url(value) if name.endswith("url") and isinstance(value, str) else repr(value)
+    if name.endswith("url") and isinstance(value, str):
+        shown = redact_url(value)
+    else:  # transport options may hold a sentinel password
+        shown = repr(redact(value, DEFAULT_KEYS))
     return SettingProblem(
         entry="settings", field=setting, problem=f"{setting} = {shown}: {error['msg']}"
     )

@@ -36,7 +36,7 @@ def make_lease(settings: Settings, store: Store) -> Lease:
     driver or a URL Redis cannot parse is a configuration error beat refuses to start with.
     """
     if settings.lease_url:
-        return _redis_lease(settings.lease_url, settings.lease_ttl, store)
+        return _redis_lease(settings, store)
     from celery_durable_beat.lease.sql import StoreLease, WriteTransactions
 
     if not isinstance(store, WriteTransactions):
@@ -46,12 +46,14 @@ def make_lease(settings: Settings, store: Store) -> Lease:
     return StoreLease(store, settings.lease_ttl)
 
 
-def _redis_lease(url: str, ttl: float, store: Store) -> Lease:
-    return _new_redis_lease(url, ttl, epoch_floor=lambda: store.leader_info().epoch)
+def _redis_lease(settings: Settings, store: Store) -> Lease:
+    return _new_redis_lease(settings, epoch_floor=lambda: store.leader_info().epoch)
 
 
-def _new_redis_lease(url: str, ttl: float, **options: Any) -> RedisLease:
-    """A RedisLease, or the configuration error of a missing driver or an unparseable URL."""
+def _new_redis_lease(settings: Settings, **options: Any) -> RedisLease:
+    """A RedisLease on the settings' URL and transport options, or the configuration error of a
+    missing driver or a URL no client can be built from."""
+    url = str(settings.lease_url)
     try:
         from celery_durable_beat.lease.redis import RedisLease
     except ImportError:  # pragma: no cover - depends on the installed extras
@@ -59,7 +61,12 @@ def _new_redis_lease(url: str, ttl: float, **options: Any) -> RedisLease:
             "a Redis lease needs the redis package: pip install 'celery_durable_beat[redis]'"
         ) from None
     try:
-        return RedisLease(url, ttl, **options)
+        return RedisLease(
+            url,
+            settings.lease_ttl,
+            transport_options=settings.lease_transport_options,
+            **options,
+        )
     except ValueError as exc:
         raise _lease_url_problem(
             f"{redact_url(url)} is not a Redis URL ({exc}); use e.g. redis://host:6379/0"
@@ -86,7 +93,7 @@ def make_lease_reader(settings: Settings) -> LeaseReader | None:
     is the store's row (``Store.leader_info`` reads that). Connects on first read only."""
     if not settings.lease_url:
         return None
-    return LeaseReader(_new_redis_lease(settings.lease_url, settings.lease_ttl, holder="status"))
+    return LeaseReader(_new_redis_lease(settings, holder="status"))
 
 
 def _lease_url_problem(text: str) -> ConfigError:

@@ -23,11 +23,12 @@ has no floor yet; the floor costs one store read per acquisition, never one per 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from celery_durable_beat.exceptions import LeaseError, StoreError
 from celery_durable_beat.lease.base import LeaseStatus, default_holder, new_token
+from celery_durable_beat.redis_client import connect
 from celery_durable_beat.urls import redact_url
 
 if TYPE_CHECKING:
@@ -107,6 +108,7 @@ class RedisLease:
         ttl_seconds: float = 30.0,
         *,
         epoch_floor: Callable[[], int] | None = None,
+        transport_options: Mapping[str, Any] | None = None,
         key: str = DEFAULT_KEY,
         holder: str | None = None,
         token: str | None = None,
@@ -121,7 +123,9 @@ class RedisLease:
         self._ttl_ms = max(1, round(ttl_seconds * 1000))
         self._epoch_floor = epoch_floor
         self._last_epoch = 0
-        self._client = client if client is not None else _client(url, ttl_seconds)
+        self._client = (
+            client if client is not None else _client(url, transport_options, ttl_seconds)
+        )
         self._acquire = self._client.register_script(ACQUIRE_OR_RENEW)
         self._release = self._client.register_script(RELEASE)
         self._holder_info = self._client.register_script(HOLDER_INFO)
@@ -188,18 +192,18 @@ class RedisLease:
             ) from exc
 
 
-def _client(url: str, ttl_seconds: float) -> Any:
-    """A client whose calls fail well within the TTL instead of hanging a round."""
-    import redis
+def _client(url: str, options: Mapping[str, Any] | None, ttl_seconds: float) -> Any:
+    """A client whose calls fail well within the TTL instead of hanging a round: each attempt
+    within a quarter of it (``redis_client.connect``), and one retry at most."""
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    timeout = max(0.5, min(5.0, ttl_seconds / 4))
-    return redis.Redis.from_url(
+    return connect(
         url,
-        socket_timeout=timeout,
-        socket_connect_timeout=timeout,
-        # One immediate retry: after a Redis restart the pooled connection is dead, a new one works.
+        options,
+        timeout=max(0.5, min(5.0, ttl_seconds / 4)),
+        # One immediate retry: after a Redis restart or a Sentinel failover the pooled connection
+        # is dead, a new one (to the master the sentinels name now) works.
         retry=Retry(NoBackoff(), 1),
         health_check_interval=30,
     )

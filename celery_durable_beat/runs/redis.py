@@ -10,9 +10,10 @@ mirrors every write (``runs/factory.py`` says when Redis holds the claims).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from celery_durable_beat.redis_client import connect
 from celery_durable_beat.runs.base import RunKey, RunState, RunWrite
 
 if TYPE_CHECKING:
@@ -103,13 +104,13 @@ class RedisClaims:
 
     where = "the dedup Redis"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, transport_options: Mapping[str, Any] | None = None) -> None:
+        """``url`` in any form ``redis_client`` takes; ``transport_options`` name a sentinel
+        URL's master (the lease's, or the broker's when the claims share the broker)."""
         import redis
 
         self.url = url
-        self.client: Any = redis.Redis.from_url(
-            url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S
-        )
+        self.client: Any = connect(url, transport_options, timeout=REDIS_TIMEOUT_S)
         self.errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self._claim = self.client.register_script(_CLAIM)
         self._settle = self.client.register_script(_SETTLE)

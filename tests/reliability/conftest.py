@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import create_engine, select
 from sqlalchemy.engine import Engine
 
+from celery_durable_beat.redis_client import connect
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.store.tables import audit, schedules
 from tests.support.procs import CeleryProcess, ThrowawayRedis, wait_until
@@ -49,6 +50,7 @@ class HaRig(ProcessRig):
         ttl: float = 30.0,
         *,
         guard: bool = False,
+        lease_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             workdir,
@@ -56,11 +58,13 @@ class HaRig(ProcessRig):
             broker_url,
             schedule=schedule,
             lease_url=lease_url,
+            lease_options=lease_options,
             lease_ttl=ttl,
             poll=0.2,
             guard=guard,
         )
         self.lease_url = lease_url
+        self.lease_options = lease_options
         self.names = sorted(schedule)
         self.store = SqlStore(store_url)
         self._engine: Engine | None = None
@@ -87,9 +91,7 @@ class HaRig(ProcessRig):
             info = self.store.leader_info()
             live = info.expires_at_ms is not None and info.expires_at_ms > self.store.now_ms()
             return info.holder if live else None
-        import redis
-
-        client = redis.Redis.from_url(self.lease_url)
+        client = connect(self.lease_url, self.lease_options, timeout=5)
         try:
             value = client.get(HOLDER_KEY)
         finally:

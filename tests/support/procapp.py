@@ -6,8 +6,9 @@ sees exactly what beat sent) and the worker tests (``install(app)``, tasks that 
 
 ``BEAT_BROKER``, ``DURABLE_BEAT_URL`` (read by the product itself), ``BEAT_SCHEDULE`` (JSON of
 beat_schedule), ``BEAT_TIMEZONE`` (``app.conf.timezone``, default UTC), ``BEAT_LEASE_URL``,
-``BEAT_LEASE_TTL``, ``BEAT_POLL``, ``GUARD`` (``0``: no ``install(app)``; by default the app
-calls it), ``GUARD_RUN_TTL``, ``VISIBILITY_TIMEOUT``,
+``BEAT_LEASE_OPTIONS`` (JSON of ``durable_beat_lease_transport_options``), ``BEAT_LEASE_TTL``,
+``BEAT_POLL``, ``GUARD`` (``0``: no ``install(app)``; by default the app calls it),
+``GUARD_RUN_TTL``, ``VISIBILITY_TIMEOUT``,
 ``QUARANTINE_AFTER``, ``METRICS_PORT`` (``durable_beat_metrics_port``),
 ``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
 none), ``TASK_QUEUE`` (the default queue, for a test of its own on a shared RabbitMQ),
@@ -53,6 +54,8 @@ if os.environ.get("WORKER_TTL"):
     app.conf.durable_beat_worker_ttl = float(os.environ["WORKER_TTL"])
 if os.environ.get("BEAT_LEASE_URL"):
     app.conf.durable_beat_lease_url = os.environ["BEAT_LEASE_URL"]
+if os.environ.get("BEAT_LEASE_OPTIONS"):
+    app.conf.durable_beat_lease_transport_options = json.loads(os.environ["BEAT_LEASE_OPTIONS"])
 if os.environ.get("METRICS_PORT"):
     app.conf.durable_beat_metrics_port = int(os.environ["METRICS_PORT"])
 if os.environ.get("QUARANTINE_AFTER"):

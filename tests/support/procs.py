@@ -125,11 +125,13 @@ class ThrowawayRedis:
 
     persistence: tuple[str, ...] = ("--appendonly", "no")
 
-    def __init__(self) -> None:
+    def __init__(self, *extra: str) -> None:
+        """``extra`` options go to ``redis-server`` after ours (``--replicaof``, TLS, …)."""
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="tredis-")
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.extra = extra
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
@@ -146,6 +148,7 @@ class ThrowawayRedis:
                 *self.persistence,
                 "--dir",
                 self.dir,
+                *self.extra,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

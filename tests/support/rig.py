@@ -31,6 +31,7 @@ SETTINGS = {
     "schedule": "BEAT_SCHEDULE",
     "guard": "GUARD",
     "lease_url": "BEAT_LEASE_URL",
+    "lease_options": "BEAT_LEASE_OPTIONS",
     "lease_ttl": "BEAT_LEASE_TTL",
     "poll": "BEAT_POLL",
     "run_ttl": "GUARD_RUN_TTL",
@@ -236,6 +237,10 @@ class ProcessRig:
         app.conf.durable_beat_url = self.store_url
         if self.env.get("BEAT_LEASE_URL"):  # claims live where the processes keep them
             app.conf.durable_beat_lease_url = self.env["BEAT_LEASE_URL"]
+        if self.env.get("BEAT_LEASE_OPTIONS"):
+            app.conf.durable_beat_lease_transport_options = json.loads(
+                self.env["BEAT_LEASE_OPTIONS"]
+            )
         install(app)
         return shared_counters(app)
 

@@ -1,23 +1,29 @@
-"""Servers of the test's own, to stop and restart mid-run: a PostgreSQL cluster and a Redis with
-an append-only file (a broker that keeps its queues over a restart, as production ones do)."""
+"""Servers of the test's own, to stop and restart mid-run: a PostgreSQL cluster (and a streaming
+replica of it, to promote), a Redis with an append-only file (a broker that keeps its queues over
+a restart, as production ones do), a Redis with TLS, and a Redis primary with a replica watched
+by three sentinels (SPEC §7's production topologies)."""
 
 from __future__ import annotations
 
 import glob
 import os
 import shutil
+import socket
+import ssl
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
-from tests.support.procs import ThrowawayRedis, free_port
+from tests.support.procs import ThrowawayRedis, free_port, wait_until
 
 
 def _pg_bindir() -> Path:
     """Where initdb and pg_ctl live (Debian keeps them off PATH, per major version)."""
     found = shutil.which("pg_ctl")
-    if found:
-        return Path(found).parent
+    if found:  # a link on PATH leads to the folder that also has pg_basebackup
+        return Path(found).resolve().parent
     versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"))
     assert versions, "PostgreSQL server binaries (initdb, pg_ctl) are not installed"
     return Path(versions[-1]).parent
@@ -70,6 +76,21 @@ class ThrowawayPostgres:
         """A fast shutdown: every session is cut, as in a failover or a restart for an upgrade."""
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop")
 
+    def replica(self) -> ThrowawayPostgres:
+        """A streaming replica of this running cluster (``pg_basebackup -R``) on a port of its
+        own, not started yet."""
+        standby = ThrowawayPostgres()
+        standby._run(
+            "pg_basebackup",
+            *("-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres"),
+            *("-D", str(standby.data), "-R", "-X", "stream", "-c", "fast", "--no-sync"),
+        )
+        return standby
+
+    def promote(self) -> None:
+        """A standby becomes a primary (what a failover manager does after the primary died)."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-t", "60", "promote")
+
     def create_database(self, name: str) -> str:
         import psycopg
 
@@ -84,7 +105,198 @@ class ThrowawayPostgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def multi_host_url(database: str, *servers: ThrowawayPostgres) -> str:
+    """The store URL naming every server, libpq's ``target_session_attrs=read-write`` picking
+    the primary among them, in SQLAlchemy's form (hosts in the query)."""
+    hosts = "&".join(f"host=127.0.0.1:{server.port}" for server in servers)
+    return f"postgresql+psycopg://postgres@/{database}?{hosts}&target_session_attrs=read-write"
+
+
 class PersistentRedis(ThrowawayRedis):
     """A throwaway redis-server that fsyncs an append-only file, so a restart keeps its data."""
 
     persistence = ("--appendonly", "yes", "--appendfsync", "always")
+
+
+def make_certificates(folder: Path) -> dict[str, Path]:
+    """A CA and a server certificate for 127.0.0.1 signed by it, made with ``openssl``."""
+    files = {n: folder / f"{n}" for n in ("ca.key", "ca.crt", "server.key", "server.csr")}
+    files["server.crt"] = folder / "server.crt"
+    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    key = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    ca_key, ca_crt, csr = files["ca.key"], files["ca.crt"], files["server.csr"]
+    commands = [
+        ["req", "-x509", *key, "-keyout", ca_key, "-out", ca_crt, "-days", "1", "-subj", "/CN=ca"],
+        ["req", *key, "-keyout", files["server.key"], "-out", csr, "-subj", "/CN=127.0.0.1"],
+        [
+            *("x509", "-req", "-in", csr, "-CA", ca_crt, "-CAkey", ca_key, "-CAcreateserial"),
+            *("-out", files["server.crt"], "-days", "1", "-extfile", folder / "san.ext"),
+        ],
+    ]
+    for args in commands:
+        subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True, timeout=60)
+    return files
+
+
+class TlsRedis(ThrowawayRedis):
+    """A redis-server that speaks TLS only, with a certificate of a CA made for the test; its
+    ``url`` is the ``rediss://`` lease URL that verifies that certificate."""
+
+    def __init__(self, folder: Path) -> None:
+        self.files = make_certificates(folder)
+        super().__init__(
+            *("--port", "0", "--tls-port", "0"),  # the TLS port is set below, once known
+            *("--tls-cert-file", str(self.files["server.crt"])),
+            *("--tls-key-file", str(self.files["server.key"])),
+            *("--tls-ca-cert-file", str(self.files["ca.crt"])),
+            *("--tls-auth-clients", "no"),
+        )
+        self.extra = (*self.extra[:3], str(self.port), *self.extra[4:])
+        ca = quote(str(self.files["ca.crt"]), safe="")
+        self.url = f"rediss://127.0.0.1:{self.port}/0?ssl_cert_reqs=CERT_REQUIRED&ssl_ca_certs={ca}"
+
+    def _answers(self) -> bool:
+        context = ssl.create_default_context(cafile=str(self.files["ca.crt"]))
+        try:
+            with (
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as raw,
+                context.wrap_socket(raw, server_hostname="127.0.0.1") as s,
+            ):
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+
+class Sentinel:
+    """One ``redis-server sentinel.conf --sentinel`` watching ``master`` on ``primary_port``,
+    quick to judge it down (1 s) and to fail over."""
+
+    def __init__(self, master: str, primary_port: int, quorum: int) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="tsentinel-"))
+        self.conf = self.dir / "sentinel.conf"  # a file of its own: sentinels rewrite it
+        self.conf.write_text(
+            f"port {self.port}\nbind 127.0.0.1\ndir {self.dir}\n"
+            f"sentinel monitor {master} 127.0.0.1 {primary_port} {quorum}\n"
+            f"sentinel down-after-milliseconds {master} 1000\n"
+            f"sentinel failover-timeout {master} 2000\n"
+            f"sentinel parallel-syncs {master} 1\n"
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        assert binary, "redis-server is not installed (scripts/services.py installs it)"
+        self.proc = subprocess.Popen(
+            [binary, str(self.conf), "--sentinel"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class SentinelRedis:
+    """A Redis primary, one replica and three sentinels (quorum 2), all on free ports.
+
+    ``url`` and ``options`` are the lease settings a Celery user would write for it;
+    ``fail_over`` moves the master to the other server, by killing it or by ``SENTINEL
+    FAILOVER``, and waits until the sentinels name the new one.
+    """
+
+    def __init__(self, master: str = "topo") -> None:
+        self.master = master
+        self.primary = ThrowawayRedis()
+        self.replica = ThrowawayRedis("--replicaof", "127.0.0.1", str(self.primary.port))
+        self.sentinels = [Sentinel(master, self.primary.port, 2) for _ in range(3)]
+        self.url = ";".join(f"sentinel://127.0.0.1:{s.port}" for s in self.sentinels)
+        self.options: dict[str, Any] = {"master_name": master}
+
+    def start(self) -> None:
+        self.primary.start()
+        self.replica.start()
+        wait_until(lambda: self._in_sync(self.replica), 20, "the replica to sync")
+        for sentinel in self.sentinels:
+            sentinel.start()
+        wait_until(self._sentinels_see_the_replica, 30, "the sentinels to find the replica")
+
+    def client(self, port: int) -> Any:
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+
+    def _ask(self, sentinel: Sentinel, *command: str) -> Any:
+        client = self.client(sentinel.port)
+        try:
+            return client.execute_command(*command)
+        except OSError:
+            return None
+        finally:
+            client.close()
+
+    def _in_sync(self, server: ThrowawayRedis) -> bool:
+        """Whether ``server`` is a replica whose link to its master is up."""
+        client = self.client(server.port)
+        try:
+            return bool(client.info("replication").get("master_link_status") == "up")
+        except OSError:
+            return False
+        finally:
+            client.close()
+
+    def _sentinels_see_the_replica(self) -> bool:
+        import redis
+
+        try:
+            return all(self._ask(s, "SENTINEL", "REPLICAS", self.master) for s in self.sentinels)
+        except redis.RedisError:
+            return False
+
+    def master_port(self) -> int | None:
+        """The master's port as the first sentinel that answers names it."""
+        for sentinel in self.sentinels:
+            answer = self._ask(sentinel, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master)
+            if answer:
+                return int(answer[1])
+        return None
+
+    def fail_over(self, *, kill: bool, timeout: float = 40) -> ThrowawayRedis:
+        """Fail the master over to the other server and wait until the sentinels name it and it
+        says it is master; the new master. ``kill``: the master dies (no shutdown, no last
+        save); else ``SENTINEL FAILOVER``, which demotes the master to a replica, so clients
+        still connected to it get ``READONLY`` errors rather than a closed socket."""
+        current, other = self.primary, self.replica
+        if self.master_port() != current.port:
+            current, other = other, current
+        if kill:
+            assert current.proc is not None
+            current.proc.kill()
+            current.proc.wait(timeout=10)
+            current.proc = None
+        else:
+            wait_until(lambda: self._in_sync(other), 20, "the replica to be in sync")
+            self._ask(self.sentinels[0], "SENTINEL", "FAILOVER", self.master)
+        wait_until(
+            lambda: self.master_port() == other.port and self._is_master(other),
+            timeout,
+            f"the sentinels to promote the server on port {other.port}",
+        )
+        return other
+
+    def _is_master(self, server: ThrowawayRedis) -> bool:
+        client = self.client(server.port)
+        try:
+            return bool(client.info("replication").get("role") == "master")
+        finally:
+            client.close()
+
+    def close(self) -> None:
+        for sentinel in self.sentinels:
+            sentinel.close()
+        self.replica.close()
+        self.primary.close()

@@ -48,6 +48,12 @@ partition, a host gone without a FIN) fails within about 25 s of silence, or 30 
 writes, instead of blocking beat until the network heals. A peer that keeps the TCP connection
 alive but answers nothing (a hung proxy) is not detected this way (docs/guarantees.md)."""
 
+MULTI_HOST_HINT = (
+    "; several PostgreSQL hosts are named in the query, not the netloc: "
+    "postgresql://user@/db?host=h1:5432&host=h2:5432&target_session_attrs=read-write"
+)
+"""libpq's ``h1:5432,h2:5432`` netloc is not SQLAlchemy's; its query form is (SPEC §7)."""
+
 IN_CHUNK = 500
 """Most bound values in one IN list (SQLite caps the variables of a statement)."""
 
@@ -82,10 +88,11 @@ def normalize_url(url: str) -> URL:
     """
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise InvalidArgument(  # the raw text may hold a password: never echo it
             "durable_beat_url is not a SQLAlchemy URL; write e.g. "
             "postgresql://user:password@host/db or sqlite:///path/to/file.sqlite3"
+            + (MULTI_HOST_HINT if "," in url.partition("?")[0] else "")
         ) from None
     if parsed.drivername in _PG_ALIASES:
         parsed = parsed.set(drivername="postgresql+psycopg")
