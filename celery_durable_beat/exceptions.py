@@ -54,14 +54,22 @@ class SettingProblem(ConfigProblem):
         return f"setting {self.problem}"
 
 
+SHOWN_PROBLEMS = 50
+"""Problems a ConfigError's message lists: a config generated with one mistake in a thousand
+entries should not log a thousand lines; ``problems`` keeps them all."""
+
+
 class ConfigError(DurableBeatError):
     """Invalid schedule definitions; every problem of one config is collected in ``problems``."""
 
     def __init__(self, problems: Sequence[ConfigProblem]) -> None:
         self.problems: tuple[ConfigProblem, ...] = tuple(problems)
         count = len(self.problems)
-        head = f"{count} invalid schedule setting{'s' if count != 1 else ''}"
-        super().__init__("\n".join([head, *(f"  - {p}" for p in self.problems)]))
+        lines = [f"{count} invalid schedule setting{'s' if count != 1 else ''}"]
+        lines += [f"  - {p}" for p in self.problems[:SHOWN_PROBLEMS]]
+        if count > SHOWN_PROBLEMS:
+            lines.append(f"  ... and {count - SHOWN_PROBLEMS} more")
+        super().__init__("\n".join(lines))
 
 
 class OccurrenceSearchError(DurableBeatError):

@@ -136,3 +136,19 @@ def test_schedule_not_found_is_a_lookup_error_with_its_own_message() -> None:
 def test_invalid_argument_is_caught_as_value_error() -> None:
     with pytest.raises(ValueError, match="out of range"):
         raise InvalidArgument("limit 5000 out of range")
+
+
+def test_config_error_message_stops_at_fifty_problems_and_keeps_them_all() -> None:
+    problems = [
+        ConfigProblem(
+            f"s{i:04d}", "backfill_max", "backfill_max 0 is not a whole number in 1..1000"
+        )
+        for i in range(1000)
+    ]
+    error = ConfigError(problems)
+    lines = str(error).splitlines()
+    assert lines[0] == "1000 invalid schedule settings"
+    assert lines[1] == '  - schedule "s0000": backfill_max 0 is not a whole number in 1..1000'
+    assert lines[50].startswith('  - schedule "s0049"')
+    assert lines[51:] == ["  ... and 950 more"]
+    assert len(error.problems) == 1000
