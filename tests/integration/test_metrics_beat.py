@@ -105,8 +105,10 @@ def test_leader_and_standby_serve_the_specs_metrics(make_rig: Any) -> None:
 
     later = wait_scrape(
         leader_port,
-        lambda s: (s.value("durable_beat_ticks_total", **ENQUEUED) or 0)
-        > (first.value("durable_beat_ticks_total", **ENQUEUED) or 0),
+        lambda s: (
+            (s.value("durable_beat_ticks_total", **ENQUEUED) or 0)
+            > (first.value("durable_beat_ticks_total", **ENQUEUED) or 0)
+        ),
         30,
         "the counter goes on rising",
     )
@@ -116,8 +118,10 @@ def test_leader_and_standby_serve_the_specs_metrics(make_rig: Any) -> None:
     standby.wait_action(Action.STANDBY.value, 60)
     seen = wait_scrape(
         standby_port,
-        lambda s: s.value("durable_beat_fencing_epoch") == epoch
-        and s.value("durable_beat_schedules", state="active") == 1,
+        lambda s: (
+            s.value("durable_beat_fencing_epoch") == epoch
+            and s.value("durable_beat_schedules", state="active") == 1
+        ),
         30,
         "the standby's scrape, with the store's counts",
     )

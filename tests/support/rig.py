@@ -43,6 +43,7 @@ SETTINGS = {
     "timezone": "BEAT_TIMEZONE",
     "routes": "TASK_ROUTES",
     "worker_ttl": "WORKER_TTL",
+    "history_keep": "HISTORY_KEEP",
     "store_url": "DURABLE_BEAT_URL",
     "broker": "BEAT_BROKER",
 }
@@ -203,6 +204,12 @@ class ProcessRig:
         if self.broker_url.startswith("amqp"):
             return self._amqp_ready() == 0
         return self.redis.llen("celery") == 0 and self.redis.hlen("unacked") == 0
+
+    def queued(self) -> int:
+        """Messages waiting in the broker's queue, not yet delivered to a worker."""
+        if self.broker_url.startswith("amqp"):
+            return self._amqp_ready()
+        return int(self.redis.llen(self.queue))
 
     def _amqp_ready(self) -> int:
         """Messages ready in the RabbitMQ queue (those a worker holds unacked are not counted:

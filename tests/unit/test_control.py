@@ -131,9 +131,7 @@ def test_upsert_created_unchanged_updated_with_versions(beat: DurableBeat) -> No
     assert beat.get("pulse").version == 2
 
 
-def test_upsert_plans_the_first_tick_after_the_store_clock(
-    beat: DurableBeat, store: Store
-) -> None:
+def test_upsert_plans_the_first_tick_after_the_store_clock(beat: DurableBeat, store: Store) -> None:
     before = store.now_ms()
     beat.upsert("pulse", PULSE)
     next_ms = beat.get("pulse").next_tick_ms
@@ -152,9 +150,7 @@ def test_upsert_reports_the_config_validators_messages(beat: DurableBeat) -> Non
     assert 'tz "Bogota" is not an IANA zone; use e.g. "America/Bogota"' in str(from_api.value)
 
 
-def test_upsert_of_a_config_schedule_is_refused(
-    beat: DurableBeat, store: Store
-) -> None:
+def test_upsert_of_a_config_schedule_is_refused(beat: DurableBeat, store: Store) -> None:
     app = make_app(APP_URL, {"nightly": {"task": "proj.digest", "schedule": "0 3 * * *"}})
     sync_definitions(store, definitions_from_app(app, Settings.from_conf(app.conf)), store.now_ms())
     with pytest.raises(ScheduleConflict, match="comes from beat_schedule"):
@@ -195,9 +191,7 @@ def test_resume_never_plans_at_or_before_a_fired_tick(beat: DurableBeat, store: 
     assert beat.resume("pulse").next_tick_ms == last + 1000
 
 
-def test_resume_of_a_quarantined_schedule_plans_from_now(
-    beat: DurableBeat, store: Store
-) -> None:
+def test_resume_of_a_quarantined_schedule_plans_from_now(beat: DurableBeat, store: Store) -> None:
     beat.upsert("pulse", PULSE)
     store.set_state("pulse", ScheduleState.QUARANTINED, store.now_ms(), next_tick_ms=1000)
     assert beat.list()[0].state == "quarantined"
@@ -364,9 +358,7 @@ def test_next_ticks_across_spring_forward(beat: DurableBeat) -> None:
     assert beat.next_ticks("nyc", 1, after=after)[0].task_id == "nyc@2026-03-07T07:30:00Z"
 
 
-def test_next_ticks_after_an_overdue_tick_are_only_future(
-    beat: DurableBeat, store: Store
-) -> None:
+def test_next_ticks_after_an_overdue_tick_are_only_future(beat: DurableBeat, store: Store) -> None:
     """A tick beat has not fired yet (beat down, say) is ``get().overdue``, not a "next" tick."""
     hour = 3_600_000
     beat.upsert("pulse", {**PULSE, "schedule": "@every 1h"})
