@@ -206,9 +206,15 @@ class ProcessRig:
         return self.redis.llen("celery") == 0 and self.redis.hlen("unacked") == 0
 
     def queued(self) -> int:
-        """Messages waiting in the broker's queue, not yet delivered to a worker."""
+        """Messages waiting in the broker's queue, not yet delivered to a worker (none while
+        nobody has declared the queue yet)."""
         if self.broker_url.startswith("amqp"):
-            return self._amqp_ready()
+            from amqp.exceptions import NotFound
+
+            try:
+                return self._amqp_ready()
+            except NotFound:
+                return 0
         return int(self.redis.llen(self.queue))
 
     def _amqp_ready(self) -> int:
