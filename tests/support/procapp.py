@@ -12,7 +12,8 @@ beat_schedule), ``BEAT_TIMEZONE`` (``app.conf.timezone``, default UTC), ``BEAT_L
 ``QUARANTINE_AFTER``, ``METRICS_PORT`` (``durable_beat_metrics_port``),
 ``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
 none), ``TASK_QUEUE`` (the default queue, for a test of its own on a shared RabbitMQ),
-``TASK_ROUTES`` (JSON of ``task_routes``), ``WORKER_TTL`` (``durable_beat_worker_ttl``); and the
+``TASK_ROUTES`` (JSON of ``task_routes``), ``WORKER_TTL`` (``durable_beat_worker_ttl``),
+``HISTORY_KEEP`` (``durable_beat_history_keep``); and the
 evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE`` (one JSON line
 per message the worker's main process received), ``SIGNALS_FILE`` (one JSON line per
 ``task_prerun`` / ``task_postrun`` the user's app saw), ``ACTIONS_FILE`` (one JSON line per log
@@ -50,6 +51,8 @@ if os.environ.get("TASK_QUEUE"):  # a queue of the test's own on a shared Rabbit
     app.conf.task_default_queue = os.environ["TASK_QUEUE"]
 if os.environ.get("TASK_ROUTES"):
     app.conf.task_routes = json.loads(os.environ["TASK_ROUTES"])
+if os.environ.get("HISTORY_KEEP"):
+    app.conf.durable_beat_history_keep = int(os.environ["HISTORY_KEEP"])
 if os.environ.get("WORKER_TTL"):
     app.conf.durable_beat_worker_ttl = float(os.environ["WORKER_TTL"])
 if os.environ.get("BEAT_LEASE_URL"):

@@ -44,6 +44,7 @@ SETTINGS = {
     "timezone": "BEAT_TIMEZONE",
     "routes": "TASK_ROUTES",
     "worker_ttl": "WORKER_TTL",
+    "history_keep": "HISTORY_KEEP",
     "store_url": "DURABLE_BEAT_URL",
     "broker": "BEAT_BROKER",
 }
@@ -204,6 +205,18 @@ class ProcessRig:
         if self.broker_url.startswith("amqp"):
             return self._amqp_ready() == 0
         return self.redis.llen("celery") == 0 and self.redis.hlen("unacked") == 0
+
+    def queued(self) -> int:
+        """Messages waiting in the broker's queue, not yet delivered to a worker (none while
+        nobody has declared the queue yet)."""
+        if self.broker_url.startswith("amqp"):
+            from amqp.exceptions import NotFound
+
+            try:
+                return self._amqp_ready()
+            except NotFound:
+                return 0
+        return int(self.redis.llen(self.queue))
 
     def _amqp_ready(self) -> int:
         """Messages ready in the RabbitMQ queue (those a worker holds unacked are not counted:
