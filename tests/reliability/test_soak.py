@@ -14,8 +14,9 @@ any other second execution fails the test.
     DURABLE_BEAT_TEST_REDIS=redis://127.0.0.1:6379/13 \
       .venv/bin/python -m pytest -m slow tests/reliability/test_soak.py -s
 
-``DURABLE_BEAT_SOAK_MINUTES`` (30), ``DURABLE_BEAT_SOAK_SCHEDULES`` (1000) and
-``DURABLE_BEAT_SOAK_SEED`` (printed) change the run; the figures are printed and written to
+``DURABLE_BEAT_SOAK_MINUTES`` (30), ``DURABLE_BEAT_SOAK_SCHEDULES`` (1000),
+``DURABLE_BEAT_SOAK_SEED`` (printed) and ``DURABLE_BEAT_SOAK_POOL`` (each worker's pool and
+concurrency, ``prefork:2``) change the run; the figures are printed and written to
 ``soak-figures.json`` in the test's temporary folder.
 """
 
@@ -45,6 +46,7 @@ pytestmark = [pytest.mark.reliability, pytest.mark.slow]
 
 MINUTES = float(os.environ.get("DURABLE_BEAT_SOAK_MINUTES", "30"))
 SCHEDULE_COUNT = int(os.environ.get("DURABLE_BEAT_SOAK_SCHEDULES", "1000"))
+POOL, _, CONCURRENCY = os.environ.get("DURABLE_BEAT_SOAK_POOL", "prefork:2").partition(":")
 SEED = int(os.environ.get("DURABLE_BEAT_SOAK_SEED", str(int(time.time()))))
 SAMPLE_S = 10.0
 KILL_EVERY_S = 60.0
@@ -99,7 +101,7 @@ class Soak:
         if role.startswith("beat"):
             proc = self.rig.beat(role)
         else:
-            proc = self.rig.worker("prefork", 2, ready=False)
+            proc = self.rig.worker(POOL, int(CONCURRENCY or 1), ready=False)
         self.procs[role] = proc
         if role.startswith("beat"):  # one RSS series per beat process
             self.figures.rss_mb[f"{role}#{proc.proc.pid}"] = []
