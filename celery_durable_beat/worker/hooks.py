@@ -28,6 +28,10 @@ The worker's presence (``presence.py``, SPEC §2 ``require_worker``): a consumer
 announce the worker's node name and consumed queues once the task consumer exists, then on the
 heartbeat; ``worker_shutdown`` forgets it. That is the one store row a worker keeps on its own.
 
+A second consumer bootstep (``loopwake.LoopWakeStep``) keeps Kombu's event loop from sleeping in
+its poll while callbacks (task acks) wait in its queue: on RabbitMQ a ``-P solo`` worker otherwise
+stalls up to 10 s after a task now and then (``loopwake.py`` tells why).
+
 A task without the headers costs one attribute lookup: no store, no Redis.
 """
 
@@ -53,6 +57,7 @@ from celery_durable_beat.runs.base import RunKey, RunState, WriteIf
 from celery_durable_beat.runs.factory import make_runs, make_tracking
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.worker.guard import GuardRuntime, Held, Refused
+from celery_durable_beat.worker.loopwake import LoopWakeStep
 from celery_durable_beat.worker.origin import periodic_origin
 from celery_durable_beat.worker.presence import consumed_queues
 from celery_durable_beat.worker.tracer import TraceSlot, trace_slot
@@ -123,6 +128,7 @@ def install(app: Any) -> None:
     _APPS.append(installed)
     app.Task = guarded_class(app.Task)
     app.steps["consumer"].add(PresenceStep)
+    app.steps["consumer"].add(LoopWakeStep)
     _connect_signals()
 
 
