@@ -172,8 +172,8 @@ def burst_trial(
         if case.rabbit is not None:  # a queue of the trial's own on the module's node
             rig.env["TASK_QUEUE"] = f"burst-{uuid.uuid4().hex[:8]}"
         seeded_ms = seed_burst(store_url, burst)
-        # On RabbitMQ a solo worker with install(app) is fed ~10 messages per 10 s (a stall
-        # found here, not yet explained: docs/guarantees.md); a prefork one is not.
+        # On RabbitMQ a restart before the audit can make beats publish the burst two or three
+        # times over (docs/guarantees.md): two worker processes drain those in the deadline.
         rig.worker("solo" if case.rabbit is None else "prefork", 2, ready=False)
         rig.beat("beat-a")
         rig.beat("beat-b")
