@@ -125,7 +125,9 @@ def settle(rig: ProcessRig) -> None:
     seen = len(rig.rows("run"))
     rig.wait_rows(seen + 100, 90, "run")
     assert beat.stop() == 0, beat.output()[-3000:]
-    wait_drained(rig)
+    # Hundreds of kills on a loaded machine leave a backlog: the bound that matters is the
+    # progress one (no run for a minute while work is queued), not the total.
+    wait_drained(rig, most_s=3600)
 
 
 def wait_drained(rig: ProcessRig, stall_s: float = 60.0, most_s: float = 400.0) -> None:
