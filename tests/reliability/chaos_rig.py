@@ -156,11 +156,11 @@ class ChaosRig(HaRig):
         ]
 
     # -- the invariant ----------------------------------------------------------------------------
-    def check(self, healed_ms: int, drain_timeout: float = 40) -> None:
+    def check(self, healed_ms: int, drain_timeout: float = 40, ticks_timeout: float = 30) -> None:
         """Every tick from each schedule's first to the last one every schedule has enqueued
         after ``healed_ms``: enqueued once, executed once, no gap; one beat per epoch; every beat
         alive."""
-        self.wait_ticks(2, after_ms=healed_ms, timeout=30)
+        self.wait_ticks(2, after_ms=healed_ms, timeout=ticks_timeout)
         planned = self._planned_once()
         self._executed_once(planned, drain_timeout)
         epochs = Counter(epoch for epoch, _ in self.gained())

@@ -181,7 +181,14 @@ def burst_trial(
         audited = len(rig.enqueued())
         figures.fault("struck_before_audit" if audited < burst * 0.95 else "struck_after_audit")
         case.restart(rng, figures)
-        rig.check(rig.store.now_ms(), drain_timeout=180)
+        # After the heal beat republishes what the fault left unaudited, and the worker runs the
+        # burst and refuses its duplicates: both grow with the burst (a loaded 2-core machine
+        # publishes a few hundred and runs ~30-150 a second), so the deadlines do too.
+        rig.check(
+            rig.store.now_ms(),
+            drain_timeout=max(180.0, burst * 0.15),
+            ticks_timeout=30 + burst / 40,
+        )
         backlog = [r for r in rig.enqueued() if r.tick_ms < seeded_ms]
         assert len(backlog) >= burst * 0.99, f"the burst was only {len(backlog)} ticks"
         rig.figures(figures, lag_since_ms=seeded_ms)
