@@ -140,7 +140,8 @@ class Dispatcher:
         self.batch_size = batch_size
         self.quarantine_after = quarantine_after
         self.gate = gate
-        # Checked before each schedule: a leader whose lease may lapse stops publishing (SPEC §7).
+        # Checked before each schedule: a leader whose lease may lapse stops publishing (SPEC §7);
+        # also called before each publish, so a lease that ages mid-round is renewed.
         self.still_leader = still_leader
         # Schedules whose previous tick no worker knew (SPEC §6): one read per round.
         self.unknown_tasks = unknown_tasks
@@ -343,6 +344,11 @@ class Dispatcher:
         held = self.gate(due, message) if self.gate else None
         if held is not None:
             return Outcome.SKIPPED, held
+        if self.still_leader is not None:
+            # Renews a lease that ages while one schedule's many ticks go out; what it says is
+            # acted on between schedules (``_publish_all``): the ticks fired so far are this
+            # schedule's outcome, and an early stop would leave it half advanced.
+            self.still_leader()
         reason = session.publish(message)
         if reason is None:
             return Outcome.ENQUEUED, None

@@ -23,7 +23,7 @@ import logging
 from typing import Protocol
 
 from celery_durable_beat.clock import Clock
-from celery_durable_beat.exceptions import LeaseError
+from celery_durable_beat.exceptions import LeaseError, StoreError
 from celery_durable_beat.lease.base import LEASE_SAFETY, Lease, LeaseStatus
 from celery_durable_beat.model import Action
 
@@ -97,6 +97,29 @@ class Leadership:
     def still_leader(self) -> bool:
         """Whether the last renewal still covers a write now (the monotonic clock decides)."""
         return bool(self.was_leader) and self.clock.monotonic() < self._valid_until
+
+    def keep_leading(self) -> bool:
+        """Inside a round: renew once ``RENEW_AFTER`` of the TTL has passed; whether this beat
+        still leads under the epoch it had.
+
+        A round that outlasts its lease (a burst into a slow or restarting broker) is fenced at
+        its audit, and the next leader publishes the same burst again, into the same slow
+        broker: two beats can hand that round back and forth without end (found by the
+        ``rabbitmq_restart`` chaos scenario, 5,000 ticks on a 2 s TTL). Renewing as the round
+        goes keeps a live leader's lease (SPEC §7: long leader work between renewals). A
+        failed renewal leaves the last one's safety window to decide; a store that cannot
+        register a new epoch stops the round.
+        """
+        if not self.was_leader:
+            return False
+        epoch = self.epoch
+        try:
+            renewed = self.acquire()
+        except LeaseError:
+            return self.still_leader()
+        except StoreError:
+            return False
+        return renewed and self.epoch == epoch and self.still_leader()
 
     def _gain(self, status: LeaseStatus) -> None:
         self.store.register_epoch(status.epoch)

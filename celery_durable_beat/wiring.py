@@ -225,7 +225,7 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
         batch_size=settings.batch_size,
         quarantine_after=settings.quarantine_after,
         gate=gate,
-        still_leader=leadership.still_leader,
+        still_leader=leadership.keep_leading,
         unknown_tasks=make_unknown_tasks(gate),
         failed_runs=make_failed_runs(gate),
         recheck_ms=round(settings.poll_interval * 1000),

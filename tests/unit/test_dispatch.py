@@ -239,3 +239,32 @@ def test_a_tick_a_worker_knew_resets_the_unknown_task_streak(store: FaultyMemory
     flaky = store.get("flaky")
     assert flaky is not None and flaky.state is ScheduleState.ACTIVE
     assert len(pub.messages) == 10
+
+
+def test_the_lease_check_runs_before_every_publish_and_stops_only_between_schedules(
+    store: FaultyMemoryStore,
+) -> None:
+    """``still_leader`` renews an aging lease as one schedule's backlog goes out (Leadership.
+    keep_leading); a False stops the round at the next schedule, never halfway through one."""
+    sync_definitions(
+        store,
+        _defs(
+            a={"task": "t", "schedule": "@every 1s", "missed": "backfill"},
+            b={"task": "t", "schedule": "@every 1s", "missed": "backfill"},
+        ),
+        T0,
+    )
+    calls: list[int] = []
+    pub = CapturingPublisher()
+
+    def still_leader() -> bool:
+        calls.append(len(pub.messages))
+        return len(pub.messages) < 2  # the lease is lost once two ticks are out
+
+    stats = Dispatcher(store, pub, still_leader=still_leader).run_round(T0 + 5_000, EPOCH)
+    assert [m.task_id for m in pub.messages] == [
+        tick_task_id("a", T0 + s * 1000) for s in range(1, 6)
+    ]  # schedule a's five ticks all went, though the lease was lost after its second
+    assert calls == [0, 0, 1, 2, 3, 4, 5]  # before a, before each publish, then before b: stop
+    assert stats.claimed == 2
+    assert store.history("b", 10) == []  # b stays due for whoever leads next

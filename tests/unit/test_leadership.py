@@ -505,3 +505,42 @@ def test_a_store_down_at_start_is_retried_by_the_rounds(
     store.schema_error = None
     loop.round()
     assert loop.schema_ready
+
+
+def test_keep_leading_renews_a_lease_that_ages_during_a_long_round(
+    leadership: Leadership, lease: ScriptedLease, clock: ManualClock
+) -> None:
+    """A round longer than the lease (a burst into a slow broker) keeps it while it runs: the
+    chaos scenario ``rabbitmq_restart`` saw two beats fence each other's round 80 times."""
+    lease.answers = [leads(4)]
+    assert leadership.acquire(fresh_for=0.0)
+    for _ in range(12):  # four TTLs of publishing, checked every third of a third of the TTL
+        clock.mono += TTL * RENEW_AFTER / 3
+        assert leadership.keep_leading()
+    assert leadership.still_leader() and leadership.epoch == 4
+
+
+def test_keep_leading_stops_on_a_lost_lease_a_new_epoch_or_a_lapsed_renewal(
+    leadership: Leadership, lease: ScriptedLease, clock: ManualClock
+) -> None:
+    lease.answers = [leads(4), stands_by(OTHER, 5)]
+    leadership.acquire(fresh_for=0.0)
+    clock.mono += TTL * RENEW_AFTER
+    assert not leadership.keep_leading()  # someone else holds it now
+
+    lease.answers = [leads(6), leads(7)]
+    leadership.acquire(fresh_for=0.0)
+    clock.mono += TTL * RENEW_AFTER
+    assert not leadership.keep_leading()  # leading again, but under another epoch
+
+    lease.answers = [leads(7), LeaseError("Redis does not answer")]
+    leadership.acquire(fresh_for=0.0)
+    clock.mono += TTL * RENEW_AFTER
+    assert leadership.keep_leading()  # the last renewal still covers it
+    clock.mono += TTL * LEASE_SAFETY
+    assert not leadership.keep_leading()  # ... until its safety window has passed
+
+
+def test_keep_leading_is_false_for_a_standby(leadership: Leadership, lease: ScriptedLease) -> None:
+    lease.answers = [stands_by(OTHER)]
+    assert not leadership.keep_leading()
