@@ -18,6 +18,7 @@ from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.store.tables import audit, schedules
 from tests.support.procs import CeleryProcess, ThrowawayRedis, wait_until
 from tests.support.rig import ProcessRig, rig_factory
+from tests.support.servers import ThrowawayPostgres
 
 HOLDER_KEY = "{durable_beat}:lease:holder"
 
@@ -218,3 +219,13 @@ def make_rig(tmp_path: Path) -> Iterator[Any]:
     """``make_rig(store_url, broker_url, lease_url, schedule, ttl=30.0)``: a HaRig of its own."""
     with rig_factory(tmp_path, HaRig) as make:
         yield make
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[ThrowawayPostgres]:
+    """A PostgreSQL cluster of the module's own, to stop and restart (outages, restarts)."""
+    server = ThrowawayPostgres()
+    server.init()
+    server.start()
+    yield server
+    server.close()

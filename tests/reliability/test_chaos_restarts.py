@@ -222,15 +222,6 @@ def run_bursts(
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[ThrowawayPostgres]:
-    server = ThrowawayPostgres()
-    server.init()
-    server.start()
-    yield server
-    server.close()
-
-
-@pytest.fixture(scope="module")
 def rabbit() -> Iterator[ThrowawayRabbit]:
     server = ThrowawayRabbit()
     server.start()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,15 +26,6 @@ pytestmark = pytest.mark.reliability
 TTL = 5.0
 OUTAGE_S = TTL + 1.5
 """Longer than the TTL: a store lease lapses during the outage and is taken afresh after it."""
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[ThrowawayPostgres]:
-    server = ThrowawayPostgres()
-    server.init()
-    server.start()
-    yield server
-    server.close()
 
 
 @pytest.fixture
