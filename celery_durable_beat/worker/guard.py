@@ -26,9 +26,9 @@ In a worker's main process the heartbeat thread also carries the worker's presen
 (``presence.Announcer``, started by ``present``): its queues announced every
 ``durable_beat_worker_ttl / 3``, through the same store circuit as run-state writes.
 
-Run-state writes to tracking go through ``Tracker``: a failed write opens a 5 s circuit (no
-connection attempts meanwhile, so an outage adds no latency to tasks), its state is kept (newest
-per tick, at most ``PENDING_MAX``) and written once the store answers again.
+Run-state writes to tracking go through ``Tracker`` (``tracker.py``): a failed write is kept and
+written once the store answers again; with the claims apart, the writes are committed by a
+background thread in groups (``background_writes``), so a task never waits for the store.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import random
 import threading
 import time
 import uuid
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,20 +52,16 @@ from celery_durable_beat.runs.base import (
     RunKey,
     Runs,
     RunState,
-    RunTracking,
     RunWrite,
     WriteIf,
     is_final,
 )
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.worker.presence import Announcer, announce_every
+from celery_durable_beat.worker.tracker import Circuit, Tracker
 
 log = logging.getLogger("celery_durable_beat.worker")
 
-PENDING_MAX = 10_000
-"""Most run-state writes kept in memory while the store does not answer."""
-CIRCUIT_S = 5.0
-"""How long a failed backend is left alone before the next attempt."""
 PRUNE_EVERY_S = 600.0
 PRUNE_BATCH = 1000
 REDELIVERY_POLL_S = 0.5
@@ -90,78 +86,6 @@ class Held:
     attempt: int
     claimed: bool
     """False when the run goes ahead without a claim (the backend did not answer)."""
-
-
-class Circuit:
-    """Remembers a backend failure for ``CIRCUIT_S`` and logs each outage once."""
-
-    def __init__(self, what: str, action: Action, meanwhile: str, clock: Clock) -> None:
-        self.what = what
-        self.action = action
-        self.meanwhile = meanwhile
-        self.clock = clock
-        self.closed_at = 0.0
-        self.down = False
-
-    def open(self) -> bool:
-        return self.down and self.clock.monotonic() < self.closed_at
-
-    def failed(self, exc: BaseException) -> None:
-        self.closed_at = self.clock.monotonic() + CIRCUIT_S
-        if not self.down:
-            self.down = True
-            log.warning(
-                "%s does not answer (%s); tasks keep running, %s until it answers again",
-                self.what,
-                type(exc).__name__,
-                self.meanwhile,
-                extra={"action": self.action.value},
-            )
-
-    def ok(self) -> None:
-        if self.down:
-            self.down = False
-            log.info(
-                "%s answers again", self.what, extra={"action": Action.RUN_TRACKING_RESTORED.value}
-            )
-
-
-class Tracker:
-    """Run-state writes to tracking that never fail a task (module docstring)."""
-
-    def __init__(self, runs: RunTracking, counters: Counter[str], circuit: Circuit) -> None:
-        self.runs = runs
-        self.circuit = circuit
-        self.counters = counters
-        self.errors: tuple[type[BaseException], ...] = (StoreError, *runs.errors)
-        self._pending: OrderedDict[str, RunWrite] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def write(self, item: RunWrite | None = None) -> None:
-        with self._lock:
-            if item is not None:
-                self._pending.pop(item.key.task_id, None)
-                self._pending[item.key.task_id] = item
-                while len(self._pending) > PENDING_MAX:
-                    self._pending.popitem(last=False)
-                    self.counters["tracking_dropped"] += 1
-            if self.circuit.open() or not self._pending:
-                return
-            batch = list(self._pending.values())
-            self._pending.clear()
-        try:
-            self.runs.write(batch)
-        except self.errors as exc:
-            self.counters["tracking_errors"] += 1
-            self.circuit.failed(exc)
-            with self._lock:
-                for old in batch:
-                    self._pending.setdefault(old.key.task_id, old)
-            return
-        self.circuit.ok()
-
-    def pending(self) -> int:
-        return len(self._pending)
 
 
 class NoMirror:
@@ -229,7 +153,12 @@ class GuardRuntime:
         runs: Runs,
         clock: Clock | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        *,
+        background_writes: bool = False,
     ) -> None:
+        """``background_writes``: commit run states in a thread of their own, in groups, when
+        the claims are apart from tracking (``tracker.py``); the store's claims are its rows, so
+        they are always written in the task's thread."""
         self.pid = os.getpid()
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
@@ -244,7 +173,12 @@ class GuardRuntime:
             unchecked if runs.shared else "run states are kept in memory",
             self.clock,
         )
-        self.tracker = Tracker(self.runs, self.counters, store_circuit)
+        self.tracker = Tracker(
+            self.runs,
+            self.counters,
+            store_circuit,
+            background=background_writes and not runs.shared,
+        )
         self.claim_circuit = store_circuit
         self.mirror = NoMirror()
         if not runs.shared:
@@ -437,7 +371,12 @@ class GuardRuntime:
                 "heartbeat step failed: %s", type(exc).__name__, extra={"action": action.value}
             )
 
+    def flush(self) -> None:
+        """Commit the pending run states now (a process about to exit)."""
+        self.tracker.flush()
+
     def close(self) -> None:
         self._stop.set()
+        self.tracker.close()
         self.runs.close()
         self.mirror.close()

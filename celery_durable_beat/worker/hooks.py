@@ -99,7 +99,7 @@ class _Installation:
                 if found is None:
                     settings = self.settings()
                     runs = make_runs(self.app, settings, settings.url)
-                    found = GuardRuntime(settings, runs)
+                    found = GuardRuntime(settings, runs, background_writes=True)
                     self._runtimes[pid] = found
         return found
 
@@ -159,6 +159,16 @@ def _forget(app: Any) -> None:
     runtime = installed.existing_runtime() if installed else None
     if runtime is not None:
         runtime.forget()
+        runtime.flush()
+
+
+def _on_process_shutdown(**_: Any) -> None:
+    """A pool process exits (warm shutdown, ``max_tasks_per_child``): its run states still
+    waiting for the background commit are written first."""
+    for installed in _APPS:
+        runtime = installed.existing_runtime()
+        if runtime is not None:
+            runtime.flush()
 
 
 # -- the guard on the task class ----------------------------------------------------------------
@@ -421,6 +431,9 @@ def _connect_signals() -> None:
     signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="durable_beat_init")
     signals.worker_shutdown.connect(
         _on_worker_shutdown, weak=False, dispatch_uid="durable_beat_shutdown"
+    )
+    signals.worker_process_shutdown.connect(
+        _on_process_shutdown, weak=False, dispatch_uid="durable_beat_process_shutdown"
     )
     os.register_at_fork(after_in_child=_after_fork)
 

@@ -35,7 +35,7 @@ from celery_durable_beat.publish import send_kwargs
 from celery_durable_beat.runs.base import RunTracking
 
 if TYPE_CHECKING:
-    from celery_durable_beat.worker.guard import Circuit
+    from celery_durable_beat.worker.tracker import Circuit
 
 log = logging.getLogger("celery_durable_beat.worker.presence")
 

@@ -18,7 +18,8 @@ from celery_durable_beat.model import Action, Trigger
 from celery_durable_beat.runs.base import RunKey, Runs, RunState, RunWrite
 from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.worker.guard import CIRCUIT_S, GuardRuntime, Refused
+from celery_durable_beat.worker.guard import GuardRuntime, Refused
+from celery_durable_beat.worker.tracker import CIRCUIT_S
 
 from ._support import FakeClock
 

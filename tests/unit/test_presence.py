@@ -23,7 +23,7 @@ from celery_durable_beat.publish import send_kwargs
 from celery_durable_beat.runs.base import Runs, WorkerSeen
 from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.worker.guard import CIRCUIT_S, Circuit, GuardRuntime
+from celery_durable_beat.worker.guard import GuardRuntime
 from celery_durable_beat.worker.presence import (
     Announcer,
     QueueRouter,
@@ -31,6 +31,7 @@ from celery_durable_beat.worker.presence import (
     announce_every,
     consumed_queues,
 )
+from celery_durable_beat.worker.tracker import CIRCUIT_S, Circuit
 
 from ._support import FakeClock
 

@@ -1,0 +1,182 @@
+"""Run-state writes committed in the background (``worker/tracker.py``), on the in-memory runs.
+
+The flusher is a real thread, so these tests wait on a deadline poll for what it commits; the
+order of a tick's states and the last commit at ``close`` are what must hold.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+
+import pytest
+
+from celery_durable_beat.exceptions import StoreUnavailable
+from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.model import Action
+from celery_durable_beat.runs.base import RunKey, Runs, RunState, RunWrite, WriteIf
+from celery_durable_beat.runs.memory import MemoryRuns
+from celery_durable_beat.settings import Settings
+from celery_durable_beat.worker.guard import GuardRuntime
+from celery_durable_beat.worker.tracker import CIRCUIT_S, Circuit, Tracker
+
+from ._support import FakeClock
+
+pytestmark = pytest.mark.unit
+
+T0 = 1_780_000_000_000
+
+
+def key(i: int) -> RunKey:
+    return RunKey(
+        tick_task_id("Every second", T0 + i * 1000), "Every second", T0 + i * 1000, "auto"
+    )
+
+
+def write(i: int, state: RunState) -> RunWrite:
+    return RunWrite(key(i), state, "w:1:abc", 60_000, WriteIf.ALWAYS)
+
+
+def eventually(check: Callable[[], bool], what: str, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.005)
+
+
+class Recording(MemoryRuns):
+    """Records each committed batch; ``gate`` holds a commit until the test opens it, and
+    ``down`` fails it as a store that does not answer."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.batches: list[list[tuple[str, RunState]]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+        self.down = False
+
+    def write(self, writes: Sequence[RunWrite]) -> None:
+        self.gate.wait(5)
+        if self.down:
+            raise StoreUnavailable("the test took it down")
+        self.batches.append([(w.key.task_id, w.state) for w in writes])
+        super().write(writes)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+def tracker_on(runs: Recording, clock: FakeClock) -> Tracker:
+    circuit = Circuit("the test store", Action.RUN_TRACKING_UNAVAILABLE, "kept", clock)
+    return Tracker(runs, Counter(), circuit, background=True)
+
+
+def test_a_write_returns_before_the_commit_which_follows_in_the_background(
+    clock: FakeClock,
+) -> None:
+    runs = Recording(clock)
+    tracker = tracker_on(runs, clock)
+    runs.gate.clear()  # the store is slow: the caller must not wait for it
+    started = time.monotonic()
+    tracker.write(write(0, RunState.STARTED))
+    assert time.monotonic() - started < 1.0
+    assert runs.state(key(0).task_id) is None
+    runs.gate.set()
+    eventually(lambda: runs.state(key(0).task_id) is RunState.STARTED, "started committed")
+    tracker.close()
+
+
+def test_writes_made_during_a_slow_commit_go_in_one_commit_and_the_newest_state_wins(
+    clock: FakeClock,
+) -> None:
+    runs = Recording(clock)
+    tracker = tracker_on(runs, clock)
+    runs.gate.clear()
+    tracker.write(write(0, RunState.STARTED))
+    eventually(lambda: tracker.pending() == 0, "the first commit under way")
+    for i in range(1, 51):  # fifty runs start and end while the first commit waits
+        tracker.write(write(i, RunState.STARTED))
+        tracker.write(write(i, RunState.SUCCEEDED))
+    runs.gate.set()
+    eventually(lambda: sum(len(b) for b in runs.batches) == 51, "every tick committed")
+    assert len(runs.batches) == 2  # a group commit: one for the fifty, not a hundred
+    assert all(state is RunState.SUCCEEDED for _, state in runs.batches[1])
+    tracker.close()
+    assert tracker.commits == 2
+
+
+def test_a_ticks_states_are_committed_in_their_order(clock: FakeClock) -> None:
+    """Heartbeat and flusher both flush: one at a time, so ``started`` never lands after
+    ``succeeded``."""
+    runs = Recording(clock)
+    tracker = tracker_on(runs, clock)
+    for i in range(200):
+        tracker.write(write(i, RunState.STARTED))
+        if i % 7 == 0:
+            tracker.write()  # the heartbeat's flush, in this thread
+        tracker.write(write(i, RunState.SUCCEEDED))
+    tracker.close()
+    assert all(runs.state(key(i).task_id) is RunState.SUCCEEDED for i in range(200))
+    seen: dict[str, RunState] = {}
+    for batch in runs.batches:
+        for task_id, state in batch:
+            assert seen.get(task_id) is not RunState.SUCCEEDED, f"{task_id} went back"
+            seen[task_id] = state
+
+
+def test_close_commits_what_is_pending(clock: FakeClock) -> None:
+    runs = Recording(clock)
+    tracker = tracker_on(runs, clock)
+    runs.gate.clear()
+    for i in range(10):
+        tracker.write(write(i, RunState.SUCCEEDED))
+    threading.Timer(0.2, runs.gate.set).start()
+    tracker.close()
+    assert sum(len(b) for b in runs.batches) == 10
+    tracker.write(write(10, RunState.SUCCEEDED))  # after close: written in the caller's thread
+    assert runs.state(key(10).task_id) is RunState.SUCCEEDED
+
+
+def test_a_store_outage_keeps_the_states_until_the_heartbeat_writes_them(
+    clock: FakeClock,
+) -> None:
+    runs = Recording(clock)
+    tracker = tracker_on(runs, clock)
+    runs.down = True
+    tracker.write(write(0, RunState.SUCCEEDED))
+    eventually(lambda: tracker.circuit.down, "the circuit opened")
+    assert tracker.pending() == 1 and tracker.counters["tracking_errors"] == 1
+    runs.down = False
+    clock.sleep(CIRCUIT_S)
+    tracker.write()  # the heartbeat
+    assert runs.state(key(0).task_id) is RunState.SUCCEEDED
+    tracker.close()
+
+
+def test_the_runtime_writes_in_the_background_only_when_the_claims_are_apart(
+    clock: FakeClock,
+) -> None:
+    settings = Settings(run_ttl=3, dedup_ttl=60)
+    apart = GuardRuntime(
+        settings,
+        Runs(claims=MemoryRuns(clock), tracking=MemoryRuns(clock)),
+        clock=clock,
+        background_writes=True,
+    )
+    shared_runs = MemoryRuns(clock)
+    shared = GuardRuntime(
+        settings,
+        Runs(claims=shared_runs, tracking=shared_runs),
+        clock=clock,
+        background_writes=True,
+    )
+    assert apart.tracker.background and not shared.tracker.background
+    held = apart.enter(key(0), hostname="w", attempt=0, redelivered=False)
+    apart.leave(held, RunState.SUCCEEDED)
+    apart.close()  # the last commit happens at close at the latest
+    assert apart.runs.state(key(0).task_id) is RunState.SUCCEEDED
+    shared.close()
