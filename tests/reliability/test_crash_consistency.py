@@ -76,18 +76,33 @@ class Figures:
         return self.kills_random + sum(self.kills_injected.values())
 
 
+HISTORY_KEEP = 50_000
+"""Audit records kept a schedule: more than a 500-kill run makes (about one a second)."""
+
+
 @pytest.fixture(params=["redis", "rabbitmq"])
 def rig(
     request: pytest.FixtureRequest, tmp_path: Path, pg_url: str, redis_url: str
 ) -> Iterator[ProcessRig]:
     """The proof's processes on one broker (the parameter)."""
+    # Every audit record stays (the default keeps 100 a schedule), so the last check, every
+    # tick audited ``enqueued`` was executed, covers the whole run, not its last 100 seconds.
+    keep = HISTORY_KEEP
     with rig_factory(tmp_path, ProcessRig) as make:
         if request.param == "redis":
-            yield make(pg_url, redis_url, lease_ttl=2, poll=0.2)
+            yield make(pg_url, redis_url, lease_ttl=2, poll=0.2, history_keep=keep)
             return
         amqp_url = str(request.getfixturevalue("amqp_url"))
         queue = f"crash-{uuid.uuid4().hex[:8]}"
-        yield make(pg_url, amqp_url, lease_ttl=2, poll=0.2, queue=queue, lease_url=redis_url)
+        yield make(
+            pg_url,
+            amqp_url,
+            lease_ttl=2,
+            poll=0.2,
+            queue=queue,
+            lease_url=redis_url,
+            history_keep=keep,
+        )
 
 
 def one_trial(rig: ProcessRig, rng: random.Random, mode: str, figures: Figures) -> None:
