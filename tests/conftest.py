@@ -5,6 +5,12 @@ URLs come from the environment (``.ci/run`` exports them after making sure the s
 ``DURABLE_BEAT_TEST_REDIS`` and ``DURABLE_BEAT_TEST_AMQP``. Integration tests never skip
 silently when a server is missing: they fail, naming the URL they could not reach.
 
+``scripts/check`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``). Each
+worker flushes a Redis database of its own (``DURABLE_BEAT_TEST_REDIS``'s, plus the worker's
+number); the ``reliability`` tests run one after another on one worker (group ``processes``), so
+their timing-sensitive kills and handovers never overlap each other, while the unit and
+integration tests run on the other. Both share one chaos seed, drawn by the controller.
+
 Tests marked ``docker`` (tests/docker, pytest-celery containers) need a Docker engine: without
 one they are deselected, not skipped, and the run says so in one line. Celery's own pytest
 fixtures (``celery.contrib.pytest``: an in-process ``celery_app`` / ``celery_worker``) are loaded
@@ -17,6 +23,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -27,7 +34,19 @@ DOCKER_DESELECTED = pytest.StashKey[str]()
 PG_ADMIN_URL = os.environ.get(
     "DURABLE_BEAT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 )
-REDIS_URL = os.environ.get("DURABLE_BEAT_TEST_REDIS", "redis://127.0.0.1:6379/0")
+
+
+def _worker_redis(url: str) -> str:
+    """Under pytest-xdist, worker ``gwN`` takes the database N after the configured one."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return url
+    parts = urlsplit(url)
+    db = int(parts.path.strip("/") or 0)
+    return urlunsplit(parts._replace(path=f"/{(db + int(worker[2:])) % 16}"))
+
+
+REDIS_URL = _worker_redis(os.environ.get("DURABLE_BEAT_TEST_REDIS", "redis://127.0.0.1:6379/0"))
 AMQP_URL = os.environ.get("DURABLE_BEAT_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672//")
 
 
@@ -147,8 +166,19 @@ def memory_store(request: pytest.FixtureRequest, leader_epoch: int) -> Iterator[
     yield from _open("memory", request, leader_epoch)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller draws the chaos seed before it starts xdist workers, which inherit it."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        from tests.support.chaos import SEED
+
+        os.environ.setdefault("DURABLE_BEAT_CHAOS_SEED", str(SEED))
+
+
 # -- the docker suite: deselected, with its reason, when no engine answers ----------------------
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("reliability"):
+            item.add_marker(pytest.mark.xdist_group("processes"))
     docker_items = [item for item in items if item.get_closest_marker("docker")]
     if not docker_items:
         return
