@@ -202,3 +202,21 @@ def pytest_report_collectionfinish(config: pytest.Config, items: list[pytest.Ite
 
         lines.append(header())  # the seed, so a failing run can be replayed
     return lines
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """Under xdist the workers collect, and their collection report is not shown: the controller
+    says the same here, without the count."""
+    if not getattr(config.option, "numprocesses", None):
+        return []
+    from tests.support.chaos import header
+    from tests.support.docker_engine import engine_problem
+
+    lines = []
+    problem = engine_problem()
+    if problem is not None:
+        lines.append(
+            f"docker: tests marked docker are deselected: {problem}; "
+            "where one answers: scripts/check -m docker"
+        )
+    return [*lines, header()]
