@@ -7,6 +7,7 @@ round. ``DURABLE_BEAT_URL`` in the environment wins over ``durable_beat_url``.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from enum import Enum
 from typing import Any
 
@@ -39,6 +40,9 @@ class Role(str, Enum):
         return list(Role).index(self)
 
 
+_URL_FIELDS = ("url", "lease_url")
+
+
 class Settings(BaseModel):
     """Every ``durable_beat_*`` setting with its default.
 
@@ -51,6 +55,13 @@ class Settings(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        """``repr`` shows the URLs with their passwords hidden: a Settings printed in a log, a
+        traceback or a debugger must not carry the store's or the lease's credentials."""
+        for name, value in super().__repr_args__():
+            hide = name in _URL_FIELDS and isinstance(value, str)
+            yield name, redact_url(value) if hide else value
 
     url: str = DEFAULT_URL
     lease_url: str | None = None

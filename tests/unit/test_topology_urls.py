@@ -170,3 +170,15 @@ def test_claims_follow_a_sentinel_lease_or_a_sentinel_broker_with_its_master() -
     assert dedup_redis(sentinel_broker, Settings()) == (SENTINELS, broker_options)
     # Without the master's name the broker's sentinels cannot be used: claims stay in the store.
     assert dedup_redis(_App(SENTINELS), Settings()) is None
+
+
+def test_the_settings_repr_hides_the_passwords_of_its_urls() -> None:
+    settings = Settings(
+        url="postgresql+psycopg://beat:s3cret-store@db:5432/beat",
+        lease_url="redis://:s3cret-lease@cache:6379/1",
+    )
+    shown = repr(settings)
+    assert "s3cret" not in shown and str(settings).count("s3cret") == 0
+    assert "postgresql+psycopg://beat:***@db:5432/beat" in shown
+    assert "redis://:***@cache:6379/1" in shown
+    assert settings.url.endswith("s3cret-store@db:5432/beat")  # the value itself is untouched
