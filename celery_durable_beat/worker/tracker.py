@@ -5,15 +5,15 @@ no latency to tasks); its state is kept (newest per tick, at most ``PENDING_MAX`
 the store answers again.
 
 When the claims live apart from tracking (Redis), the claim is what makes a tick run once, and the
-tracking row is the history beat and the console read. Writing it in the task's own thread then
-costs a store commit twice per run, which capped a worker at a quarter of a plain Celery worker's
-rate. With ``background=True`` the writes are handed to one thread that commits whatever has
-gathered since its last commit (a group commit): one commit for many runs under load, one per run
-when idle, and the task never waits for the store. A single flusher at a time keeps the order of
-a tick's states (``started`` is never committed after its ``succeeded``). ``close`` and
-``flush`` commit what is pending, so a worker shutting down (``worker_process_shutdown``) leaves
-nothing behind; only a process killed outright can lose the states of its last few milliseconds,
-never a claim.
+tracking row is the history beat and the console read. Writing it in the task's own thread made
+every task wait for two store commits, and a store that answers slowly (not down: the circuit
+only opens on an error) slowed every task with it. With ``background=True`` the writes are handed
+to one thread that commits whatever has gathered since its last commit (a group commit): one
+commit for many runs under load, one per run when idle, and the task never waits for the store.
+A single flusher at a time keeps the order of a tick's states (``started`` is never committed
+after its ``succeeded``). ``close`` and ``flush`` commit what is pending, so a worker shutting
+down (``worker_process_shutdown``) leaves nothing behind; only a process killed outright can lose
+the states of its last few milliseconds, never a claim.
 """
 
 from __future__ import annotations
