@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -33,10 +34,34 @@ def wait_until(check: Callable[[], T], timeout: float, what: str, interval: floa
         time.sleep(interval)
 
 
+PORTS_FROM = 20_000
+"""Test servers listen on ports from here to the kernel's ephemeral range."""
+
+
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port *below* the kernel's ephemeral range. A test server that is stopped and
+    started again (a restart scenario) must get its port back; one from the ephemeral range can
+    meanwhile become the local end of any client's outgoing connection (seen: RabbitMQ failing to
+    restart with ``eaddrinuse`` while a parallel test held connections)."""
+    rng = random.SystemRandom()
+    top = max(PORTS_FROM + 1000, _ephemeral_start())
+    for _ in range(500):
+        port = rng.randrange(PORTS_FROM, top)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {PORTS_FROM}-{top} after 500 tries")
 
 
 class CeleryProcess:
