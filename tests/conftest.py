@@ -174,7 +174,7 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ.setdefault("DURABLE_BEAT_CHAOS_SEED", str(SEED))
 
 
-# -- the docker suite: deselected, with its reason, when no engine answers ----------------------
+# -- collection: reliability tests grouped for xdist; docker tests deselected without an engine
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("reliability"):
