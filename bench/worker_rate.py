@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from celery_durable_beat import tick_task_id  # noqa: E402
-from celery_durable_beat.store.sql import SqlStore  # noqa: E402
+from tests.support.rig import ensure_schema, tick_headers  # noqa: E402
 
 PG = os.environ.get("DURABLE_BEAT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("DURABLE_BEAT_TEST_REDIS", "redis://127.0.0.1:6379/14")
@@ -57,12 +57,10 @@ def publish(broker: str, count: int) -> None:
     with app.producer_or_acquire() as producer:
         for i in range(count):
             name, tick = f"rate-{i % 100:03d}", T0 + i * 1000
-            headers = {"periodic_schedule": name, "periodic_tick_ms": tick}
-            headers["periodic_trigger"] = "auto"
             app.send_task(
                 "procapp.late_record",
                 task_id=tick_task_id(name, tick),
-                headers=headers,
+                headers=tick_headers(name, tick),
                 producer=producer,
             )
     app.close()
@@ -81,9 +79,7 @@ def one_run(pool: str, guard: bool, count: int, workdir: Path) -> float:
     store = make_db(PG)
     client = redis.Redis.from_url(REDIS)
     client.flushdb()
-    schema = SqlStore(store)
-    schema.ensure_schema()
-    schema.close()
+    ensure_schema(store)
     ticks = workdir / f"ticks-{pool}-{guard}-{time.monotonic_ns()}.jsonl"
     env = {
         **os.environ,

@@ -81,10 +81,10 @@ def test_a_write_returns_before_the_commit_which_follows_in_the_background(
     runs = Recording(clock)
     tracker = tracker_on(runs, clock)
     runs.gate.clear()  # the store is slow: the caller must not wait for it
-    started = time.monotonic()
     tracker.write(write(0, RunState.STARTED))
-    assert time.monotonic() - started < 1.0
-    assert runs.state(key(0).task_id) is None
+    assert (
+        runs.state(key(0).task_id) is None
+    )  # a write in this thread would have waited, then committed
     runs.gate.set()
     eventually(lambda: runs.state(key(0).task_id) is RunState.STARTED, "started committed")
     tracker.close()
