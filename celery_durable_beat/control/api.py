@@ -64,12 +64,11 @@ from celery_durable_beat.model import (
     StateReason,
     Trigger,
 )
-from celery_durable_beat.policy import due_ms, first_tick
+from celery_durable_beat.policy import due_ms, first_tick, first_tick_ms
 from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import AuditEvent, LeaderInfo, ScheduleRecord, Store
-from celery_durable_beat.sync import first_tick_ms
 from celery_durable_beat.wiring import (
     make_lease_reader,
     make_publisher,
