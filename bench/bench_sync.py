@@ -28,9 +28,10 @@ from collections.abc import Callable, Sequence
 from pgdb import drop_db, make_db
 
 from celery_durable_beat.model import Definition, Source
+from celery_durable_beat.policy import first_tick_ms
 from celery_durable_beat.schedules.validate import validate_entries
 from celery_durable_beat.store.sql import SqlStore
-from celery_durable_beat.sync import first_tick_ms, sync_definitions
+from celery_durable_beat.sync import sync_definitions
 
 PG = os.environ.get("DURABLE_BEAT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 

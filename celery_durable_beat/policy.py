@@ -113,6 +113,12 @@ def first_tick(definition: Definition, now_ms: int) -> int | None:
     return _until(next_tick(definition.spec, after), definition.end_at_ms)
 
 
+def first_tick_ms(definition: Definition, now_ms: int) -> int | None:
+    """Where a new or changed schedule starts (config sync and ``DurableBeat.upsert`` alike):
+    its first tick after now within its bounds."""
+    return first_tick(definition, now_ms)
+
+
 def ticks_after(definition: Definition, after_ms: int, count: int) -> list[int]:
     """Up to ``count`` ticks after ``after_ms`` within the schedule's bounds (``next``)."""
     found: list[int] = []

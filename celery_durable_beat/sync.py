@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Action, Definition, ScheduleState, Source
-from celery_durable_beat.policy import first_tick
+from celery_durable_beat.policy import first_tick_ms
 from celery_durable_beat.schedules.spec import ScheduleSpec
 from celery_durable_beat.store.base import ConfigChange, Store, StoredDigest, iter_chunks
 
@@ -41,11 +41,6 @@ class SyncReport:
     archived: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
     complete: bool = True
-
-
-def first_tick_ms(definition: Definition, now_ms: int) -> int | None:
-    """Where a new or changed schedule starts: its first tick after now within its bounds."""
-    return first_tick(definition, now_ms)
 
 
 def differences(

@@ -15,7 +15,7 @@ The CLI, the HTTP API and user code all call this class, so the rules live here 
 - **The store's clock.** "Now" is the database's ``now_ms()``, as for the leader; read-only
   methods that look ahead take an explicit ``after`` so callers (and tests) control time.
 
-Every method returns frozen values (``control_views``) whose ``to_json()`` gives exactly the
+Every method returns frozen values (``control/views.py``) whose ``to_json()`` gives exactly the
 fields of SPEC §8.
 """
 
@@ -27,6 +27,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
+from celery_durable_beat.backends import (
+    make_lease_reader,
+    make_publisher,
+    make_store,
+    make_worker_registry,
+)
 from celery_durable_beat.celery_config import app_defaults, translate_entry
 from celery_durable_beat.clock import datetime_to_ms
 from celery_durable_beat.control.details import schedule_detail, upcoming
@@ -64,18 +70,11 @@ from celery_durable_beat.model import (
     StateReason,
     Trigger,
 )
-from celery_durable_beat.policy import due_ms, first_tick
+from celery_durable_beat.policy import due_ms, first_tick, first_tick_ms
 from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import AuditEvent, LeaderInfo, ScheduleRecord, Store
-from celery_durable_beat.sync import first_tick_ms
-from celery_durable_beat.wiring import (
-    make_lease_reader,
-    make_publisher,
-    make_store,
-    make_worker_registry,
-)
 
 __all__ = [
     "COUNT_LIMIT",
@@ -104,7 +103,7 @@ COUNT_LIMIT = (1, 100)
 
 
 class LeaseHolder(Protocol):
-    """Reads who holds a lease kept outside the store (``wiring.LeaseReader`` for Redis)."""
+    """Reads who holds a lease kept outside the store (``backends.LeaseReader`` for Redis)."""
 
     def read(self) -> LeaderInfo:
         """Holder, epoch and expiry as the lease backend sees them now; takes nothing."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from celery_durable_beat.backends import make_lease
 from celery_durable_beat.exceptions import ConfigError, LeaseError, StaleEpoch
 from celery_durable_beat.lease.base import Lease, LeaseStatus
 from celery_durable_beat.lease.memory import MemoryLease
@@ -22,7 +23,6 @@ from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import AuditEvent
 from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.store.sql import SqlStore
-from celery_durable_beat.wiring import make_lease
 from tests.support.procs import free_port, wait_until
 from tests.support.stores import open_store
 

@@ -17,10 +17,11 @@ import redis
 from celery import Celery
 
 from celery_durable_beat import DurableBeat
+from celery_durable_beat.backends import make_publisher
 from celery_durable_beat.clock import SystemClock
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.wiring import make_beat_loop, make_publisher
+from celery_durable_beat.wiring import make_beat_loop
 from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.integration

@@ -18,6 +18,7 @@ from celery import Celery
 from kombu import Connection
 
 from celery_durable_beat import DurableBeat
+from celery_durable_beat.backends import make_publisher
 from celery_durable_beat.clock import SystemClock
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.ids import tick_task_id
@@ -29,7 +30,7 @@ from celery_durable_beat.schedules.validate import validate_entries
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import Store
 from celery_durable_beat.sync import sync_definitions
-from celery_durable_beat.wiring import make_beat_loop, make_publisher
+from celery_durable_beat.wiring import make_beat_loop
 
 pytestmark = pytest.mark.unit
 

@@ -1,0 +1,123 @@
+"""Concrete backends from settings: the one place that picks SQL, Redis or the store's lease row.
+
+A composition root every process shares: beat (``wiring`` builds its round on these), the control
+API (``DurableBeat`` opens its store, publisher, lease reader and worker registry here) and so
+every surface on top of it. It may import any backend, lazily, inside the factory that needs it;
+it never imports the round (``dispatch``, ``beat_loop``, ``leadership``, ``sync``, ``wiring``,
+``scheduler``), so ``import celery_durable_beat.control`` does not load the beat loop
+(import-linter: "The backend factories never load the round").
+
+Nothing here connects: every client is built lazily (Celery makes throwaway scheduler instances,
+and ``status`` must work when a backend is down). A missing driver or a URL no client can be
+built from is a ``ConfigError`` naming the setting.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from celery_durable_beat.exceptions import ConfigError, ConfigProblem
+from celery_durable_beat.lease.base import HolderInfo, Lease
+from celery_durable_beat.settings import Settings
+from celery_durable_beat.store.base import LeaderInfo, Store
+from celery_durable_beat.urls import redact_url
+
+if TYPE_CHECKING:
+    from celery_durable_beat.lease.redis import RedisLease
+    from celery_durable_beat.publish import CeleryPublisher
+    from celery_durable_beat.runs.sql import SqlRunStore
+
+
+def make_store(settings: Settings) -> Store:
+    from celery_durable_beat.store.sql import SqlStore
+
+    return SqlStore(settings.url, stall_timeout_s=settings.lease_ttl)
+
+
+def make_lease(settings: Settings, store: Store) -> Lease:
+    """The Redis lease when ``durable_beat_lease_url`` is set, else the store's lease row.
+
+    Builds clients without connecting (Celery makes throwaway scheduler instances); a missing
+    driver or a URL Redis cannot parse is a configuration error beat refuses to start with.
+    """
+    if settings.lease_url:
+        return _redis_lease(settings, store)
+    from celery_durable_beat.lease.sql import StoreLease, WriteTransactions
+
+    if not isinstance(store, WriteTransactions):
+        raise _lease_url_problem(
+            f"the store {type(store).__name__} has no lease row; set it to a redis:// URL"
+        )
+    return StoreLease(store, settings.lease_ttl)
+
+
+def _redis_lease(settings: Settings, store: Store) -> Lease:
+    return _new_redis_lease(settings, epoch_floor=lambda: store.leader_info().epoch)
+
+
+def _new_redis_lease(settings: Settings, **options: Any) -> RedisLease:
+    """A RedisLease on the settings' URL and transport options, or the configuration error of a
+    missing driver or a URL no client can be built from."""
+    url = str(settings.lease_url)
+    try:
+        from celery_durable_beat.lease.redis import RedisLease
+    except ImportError:  # pragma: no cover - depends on the installed extras
+        raise _lease_url_problem(
+            "a Redis lease needs the redis package: pip install 'celery_durable_beat[redis]'"
+        ) from None
+    try:
+        return RedisLease(
+            url,
+            settings.lease_ttl,
+            transport_options=settings.lease_transport_options,
+            **options,
+        )
+    except ValueError as exc:
+        raise _lease_url_problem(
+            f"{redact_url(url)} is not a Redis URL ({exc}); use e.g. redis://host:6379/0"
+        ) from None
+
+
+class LeaseReader:
+    """Who holds a lease kept outside the store, read without taking it (lease rule 5), as the
+    store's ``LeaderInfo`` so ``status`` reads either kind of lease alike."""
+
+    def __init__(self, lease: HolderInfo) -> None:
+        self.lease = lease
+
+    def read(self) -> LeaderInfo:
+        seen = self.lease.holder_info()
+        return LeaderInfo(holder=seen.holder, epoch=seen.epoch, expires_at_ms=seen.expires_at_ms)
+
+    def close(self) -> None:
+        self.lease.close()
+
+
+def make_lease_reader(settings: Settings) -> LeaseReader | None:
+    """The reader of the Redis lease when ``durable_beat_lease_url`` is set; None when the lease
+    is the store's row (``Store.leader_info`` reads that). Connects on first read only."""
+    if not settings.lease_url:
+        return None
+    return LeaseReader(_new_redis_lease(settings, holder="status"))
+
+
+def _lease_url_problem(text: str) -> ConfigError:
+    field = "durable_beat_lease_url"
+    return ConfigError([ConfigProblem("settings", field, f"{field}: {text}")])
+
+
+def make_publisher(app: Any, settings: Settings) -> CeleryPublisher:
+    """The publisher of beat's rounds and of manual runs: the app's producers, and
+    ``durable_beat_redact`` applied to every tick message's ``argsrepr`` / ``kwargsrepr``."""
+    from celery_durable_beat.publish import CeleryPublisher
+
+    return CeleryPublisher(app, redact_keys=settings.redact)
+
+
+def make_worker_registry(store: Store) -> SqlRunStore | None:
+    """Where ``status`` reads the live workers: the run tracking on a SQL store's URL (built
+    without connecting); None for a store with no such table (the in-memory one)."""
+    from celery_durable_beat.runs.factory import make_tracking
+    from celery_durable_beat.store.sql import SqlStore
+
+    return make_tracking(store.url) if isinstance(store, SqlStore) else None
