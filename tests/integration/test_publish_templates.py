@@ -1,5 +1,5 @@
-"""Templated publishing on Redis (``publish_redis``): a worker cannot tell its messages from
-``send_task``'s.
+"""Templated publishing on Redis (``publish/redis_template.py``): a worker cannot tell its
+messages from ``send_task``'s.
 
 For each case, one session publishes tick A (``send_task``, captured as the template) and tick B
 (rendered from the template) of the same schedule; a second session, templates off, publishes
