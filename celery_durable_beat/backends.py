@@ -24,7 +24,7 @@ from celery_durable_beat.urls import redact_url
 
 if TYPE_CHECKING:
     from celery_durable_beat.lease.redis import RedisLease
-    from celery_durable_beat.publish import CeleryPublisher
+    from celery_durable_beat.publish.celery_publisher import CeleryPublisher
     from celery_durable_beat.runs.sql import SqlRunStore
 
 
@@ -109,7 +109,7 @@ def _lease_url_problem(text: str) -> ConfigError:
 def make_publisher(app: Any, settings: Settings) -> CeleryPublisher:
     """The publisher of beat's rounds and of manual runs: the app's producers, and
     ``durable_beat_redact`` applied to every tick message's ``argsrepr`` / ``kwargsrepr``."""
-    from celery_durable_beat.publish import CeleryPublisher
+    from celery_durable_beat.publish.celery_publisher import CeleryPublisher
 
     return CeleryPublisher(app, redact_keys=settings.redact)
 

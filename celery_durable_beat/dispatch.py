@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
-from typing import Protocol
 
 from celery_durable_beat import faults
 from celery_durable_beat import round_records as records
@@ -40,30 +38,13 @@ from celery_durable_beat.model import (
     StateReason,
 )
 from celery_durable_beat.policy import Plan, due_ms, plan_schedule
+from celery_durable_beat.publish.base import Publisher, PublishSession
 from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, Store
 
 log = logging.getLogger("celery_durable_beat.dispatch")
 
 CONFIRM_EVERY = 200
 """Most buffered publishes before the round confirms them with the broker."""
-
-
-class PublishSession(Protocol):
-    """Publishes of one round. A transport may buffer them until ``confirm``."""
-
-    def publish(self, message: TickMessage) -> Reason | None:
-        """Send (or buffer) one tick; None if accepted, else the stable reason it failed."""
-
-    def unconfirmed(self) -> int:
-        """How many accepted publishes are still buffered."""
-
-    def confirm(self) -> Reason | None:
-        """Deliver what is buffered; a reason means every buffered publish is uncertain."""
-
-
-class Publisher(Protocol):
-    def session(self) -> AbstractContextManager[PublishSession]:
-        """One broker connection (and producer) reused for a whole round."""
 
 
 @dataclass

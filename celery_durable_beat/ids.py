@@ -3,6 +3,11 @@
 A tick is (schedule, planned instant). Its task id is derived from that identity alone, so a
 replayed publish of the same tick carries the same id and can be recognised downstream. The id is
 readable because Flower shows no custom headers but finds a task by any part of its id.
+
+The id's shape is defined once, here, for both directions (SPEC §4): ``KEY@INSTANT`` for an
+automatic tick (``tick_task_id``), ``KEY@manual-HEX32`` for a manual run (``manual_task_id``),
+where KEY is ``schedule_key`` of the name; ``is_tick_id`` recognises exactly those (the worker
+uses it to let events of other task ids cost nothing). The pieces below build both sides.
 """
 
 from __future__ import annotations
@@ -12,7 +17,15 @@ import re
 import uuid
 from datetime import datetime, timezone
 
-_OUTSIDE_KEY = re.compile(r"[^a-z0-9._-]+")
+_KEY_CHARS = "a-z0-9._-"
+"""What a schedule key is made of; every other character of a name becomes ``-``."""
+_OUTSIDE_KEY = re.compile(f"[^{_KEY_CHARS}]+")
+_MANUAL = "manual-"
+_MANUAL_HEX = 32
+"""Hex digits after ``manual-``: a random uuid4, or a digest of the idempotency key."""
+_INSTANT = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3})?Z"
+"""``format_tick_instant``'s output."""
+_TICK_ID = re.compile(f"[{_KEY_CHARS}]+@(?:{_INSTANT}|{_MANUAL}[0-9a-f]{{{_MANUAL_HEX}}})")
 
 
 def name_key(name: str) -> str:
@@ -57,8 +70,14 @@ def manual_task_id(name: str, idempotency_key: str | None = None) -> str:
         suffix = uuid.uuid4().hex
     else:
         material = f"{name_key(name)}\x00{idempotency_key}".encode()
-        suffix = hashlib.sha256(material).hexdigest()[:32]
-    return f"{schedule_key(name)}@manual-{suffix}"
+        suffix = hashlib.sha256(material).hexdigest()[:_MANUAL_HEX]
+    return f"{schedule_key(name)}@{_MANUAL}{suffix}"
+
+
+def is_tick_id(task_id: str) -> bool:
+    """Whether ``task_id`` has the shape of a tick's id, automatic or manual (the module
+    docstring); any string beat did not make that way is not one."""
+    return _TICK_ID.fullmatch(task_id) is not None
 
 
 def jitter_offset_ms(name: str, tick_ms: int, jitter_seconds: float) -> int:
@@ -70,5 +89,5 @@ def jitter_offset_ms(name: str, tick_ms: int, jitter_seconds: float) -> int:
     jitter_ms = round(jitter_seconds * 1000)
     if jitter_ms <= 0:
         return 0
-    digest = hashlib.sha256(f"{name.lower()}@{tick_ms}".encode()).digest()
+    digest = hashlib.sha256(f"{name_key(name)}@{tick_ms}".encode()).digest()
     return int.from_bytes(digest[:8], "big") % (jitter_ms + 1)

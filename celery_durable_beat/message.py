@@ -1,8 +1,16 @@
 """The message of one tick, automatic or manual: what the broker side publishes (SPEC §4).
 
-Pure: placeholders are filled from the tick instant here, the Celery side (``publish.py``) only
-adds headers and sends. Automatic ticks and manual runs are built by the same function, so the
-two can never disagree on arguments, options or placeholders.
+Pure, and the one place that owns the tick message's shape:
+
+- its ``periodic_*`` header names (``HEADER_*``, ``tick_headers``): beat writes them
+  (``publish/``), the worker reads them (``worker/origin.py``);
+- its arguments, kwargs and options: placeholders are filled from the tick instant here, so the
+  Celery side (``celery_message.py``, ``publish/``) only adds the reprs and sends;
+- its task id, whose shape (format and parse, side by side) is ``ids.py``'s
+  (``tick_task_id``, ``manual_task_id``, ``is_tick_id``).
+
+Automatic ticks and manual runs are built by the same function, so the two can never disagree on
+arguments, options or placeholders.
 """
 
 from __future__ import annotations
@@ -14,6 +22,12 @@ from typing import Any
 
 from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition, Trigger
 from celery_durable_beat.schedules.render import render
+
+# The headers every tick message carries (SPEC §4): the schedule, the tick instant in epoch
+# milliseconds, and ``auto`` / ``manual``. Flower shows none of them, hence the readable id.
+HEADER_SCHEDULE = "periodic_schedule"
+HEADER_TICK_MS = "periodic_tick_ms"
+HEADER_TRIGGER = "periodic_trigger"
 
 
 @dataclass(frozen=True)
@@ -28,6 +42,15 @@ class TickMessage:
     task_id: str
     tick_ms: int
     trigger: Trigger = Trigger.AUTO
+
+
+def tick_headers(message: TickMessage) -> dict[str, Any]:
+    """The ``periodic_*`` headers of ``message`` (``worker.periodic_origin`` reads them back)."""
+    return {
+        HEADER_SCHEDULE: message.schedule,
+        HEADER_TICK_MS: message.tick_ms,
+        HEADER_TRIGGER: message.trigger.value,
+    }
 
 
 def build_message(

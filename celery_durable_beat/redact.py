@@ -2,7 +2,7 @@
 
 SPEC §2: a mapping key that contains any of the configured substrings (case-insensitive), at any
 depth, has its value shown as ``***`` on every read surface and in the ``argsrepr`` /
-``kwargsrepr`` of every tick message (``publish.shown_reprs``). Pure, so the control API, the
+``kwargsrepr`` of every tick message (``celery_message.shown_reprs``). Pure, so the control API, the
 CLI, the publisher and any later surface (the console) share one definition: what is hidden on
 one surface is hidden on all of them.
 """

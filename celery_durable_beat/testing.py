@@ -34,7 +34,7 @@ from celery_durable_beat.clock import datetime_to_ms, ms_to_datetime
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.lease.memory import MemoryLease
 from celery_durable_beat.message import TickMessage
-from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.memory import MemoryStore

@@ -52,7 +52,6 @@ from celery_durable_beat.control.views import (
     event_view,
     schedule_view,
 )
-from celery_durable_beat.dispatch import Publisher
 from celery_durable_beat.exceptions import (
     InvalidArgument,
     PublishFailed,
@@ -71,6 +70,7 @@ from celery_durable_beat.model import (
     Trigger,
 )
 from celery_durable_beat.policy import due_ms, first_tick, first_tick_ms
+from celery_durable_beat.publish.base import Publisher
 from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings

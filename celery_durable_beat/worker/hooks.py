@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import socket
 import threading
 import weakref
@@ -52,6 +51,7 @@ from typing import Any, cast
 from celery import bootsteps, signals
 from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
+from celery_durable_beat.ids import is_tick_id
 from celery_durable_beat.model import Action, Trigger
 from celery_durable_beat.runs.base import RunKey, RunState, WriteIf
 from celery_durable_beat.runs.factory import make_runs, make_tracking
@@ -68,10 +68,6 @@ _INSTALLED = "_durable_beat_worker"
 _HELD = "durable_beat_held"
 _RETRIED = "durable_beat_retried"
 _GUARD_MARK = "_durable_beat_guard"
-_TICK_ID = re.compile(
-    r"^[a-z0-9._-]+@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z|manual-[0-9a-f]{32})$"
-)
-"""The shape of tick task ids (``ids.py``): main-process events of other ids cost nothing."""
 
 
 class _Installation:
@@ -370,7 +366,7 @@ def _on_failure(
     if not isinstance(exception, (TimeLimitExceeded, WorkerLostError)):
         return  # other failures end in the pool process, through task_postrun
     installed = _installation(getattr(sender, "app", None))
-    if installed is None or not task_id or not _TICK_ID.match(task_id):
+    if installed is None or not task_id or not is_tick_id(task_id):
         return
     key = RunKey(task_id, "", 0, Trigger.AUTO.value)
     installed.runtime().settle_elsewhere(key, RunState.FAILED, WriteIf.UNFINISHED)

@@ -8,8 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from celery_durable_beat.clock import ms_to_datetime
+from celery_durable_beat.message import HEADER_SCHEDULE, HEADER_TICK_MS, HEADER_TRIGGER
 from celery_durable_beat.model import Trigger
-from celery_durable_beat.publish import HEADER_SCHEDULE, HEADER_TICK_MS, HEADER_TRIGGER
 
 
 @dataclass(frozen=True)

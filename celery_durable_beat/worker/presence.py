@@ -27,11 +27,11 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from celery_durable_beat.celery_message import send_kwargs
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.exceptions import StoreError
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Action
-from celery_durable_beat.publish import send_kwargs
 from celery_durable_beat.runs.base import RunTracking
 
 if TYPE_CHECKING:

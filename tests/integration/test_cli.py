@@ -26,7 +26,7 @@ from celery import Celery
 from celery_durable_beat import DurableBeat
 from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.dispatch import Dispatcher
-from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.sync import sync_definitions

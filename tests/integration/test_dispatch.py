@@ -11,7 +11,7 @@ import pytest
 
 from celery_durable_beat.dispatch import Dispatcher, TickMessage
 from celery_durable_beat.model import ScheduleState
-from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.schedules.validate import validate_entries
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.sync import sync_definitions

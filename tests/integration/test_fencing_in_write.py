@@ -17,7 +17,7 @@ import pytest
 from celery_durable_beat import faults
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import StaleEpoch
-from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.store.sql import SqlStore
 from tests.integration.test_store_contract import add, enqueued, moved
 

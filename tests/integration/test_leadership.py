@@ -25,7 +25,7 @@ from celery_durable_beat.exceptions import StoreUnavailable
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.lease.base import LEASE_SAFETY
 from celery_durable_beat.model import Outcome, Trigger
-from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.scheduler import Scheduler
 from celery_durable_beat.schedules.validate import validate_entries
 from celery_durable_beat.store.base import Advance, AuditEvent

@@ -9,7 +9,7 @@ from celery import Celery
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import ScheduleState
-from celery_durable_beat.publish import CeleryPublisher
+from celery_durable_beat.publish.celery_publisher import CeleryPublisher
 from celery_durable_beat.schedules.validate import validate_entries
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.sync import sync_definitions

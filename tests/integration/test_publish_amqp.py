@@ -19,7 +19,7 @@ from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.message import build_message
 from celery_durable_beat.model import Definition, Reason
-from celery_durable_beat.publish import CeleryPublisher
+from celery_durable_beat.publish.celery_publisher import CeleryPublisher
 from celery_durable_beat.schedules.spec import IntervalSpec
 from celery_durable_beat.schedules.validate import validate_entries
 from celery_durable_beat.store.sql import SqlStore

@@ -1,5 +1,5 @@
-"""Templated publishing on Redis (``publish_redis``): a worker cannot tell its messages from
-``send_task``'s.
+"""Templated publishing on Redis (``publish/redis_template.py``): a worker cannot tell its
+messages from ``send_task``'s.
 
 For each case, one session publishes tick A (``send_task``, captured as the template) and tick B
 (rendered from the template) of the same schedule; a second session, templates off, publishes
@@ -25,8 +25,9 @@ from kombu import Exchange, Queue
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.message import TickMessage, build_message
 from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition
-from celery_durable_beat.publish import CeleryPublisher, CelerySession
-from celery_durable_beat.publish_redis import TemplatedRedisSession, templating_refused
+from celery_durable_beat.publish.celery_publisher import CeleryPublisher
+from celery_durable_beat.publish.redis_template import TemplatedRedisSession, templating_refused
+from celery_durable_beat.publish.send_task import CelerySession
 from celery_durable_beat.schedules.spec import IntervalSpec
 from tests.support.procs import wait_until
 from tests.support.rig import ProcessRig, rig_factory

@@ -18,7 +18,7 @@ from celery import Celery
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Definition, OverlapPolicy, Source
-from celery_durable_beat.publish import CeleryPublisher
+from celery_durable_beat.publish.celery_publisher import CeleryPublisher
 from celery_durable_beat.runs.base import RunState
 from celery_durable_beat.runs.factory import make_runs
 from celery_durable_beat.schedules.spec import IntervalSpec

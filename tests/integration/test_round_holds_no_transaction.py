@@ -20,12 +20,13 @@ import pytest
 from celery import Celery
 
 from celery_durable_beat import DurableBeat
-from celery_durable_beat.dispatch import Dispatcher, Publisher, PublishSession
+from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import StoreUnavailable
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Definition, Reason, ScheduleState, Source
-from celery_durable_beat.publish import CeleryPublisher
+from celery_durable_beat.publish.base import Publisher, PublishSession
+from celery_durable_beat.publish.celery_publisher import CeleryPublisher
 from celery_durable_beat.runs.base import RunKey
 from celery_durable_beat.runs.sql import SqlRunStore
 from celery_durable_beat.schedules.spec import IntervalSpec

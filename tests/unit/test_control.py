@@ -30,7 +30,7 @@ from celery_durable_beat.exceptions import (
 )
 from celery_durable_beat.ids import manual_task_id
 from celery_durable_beat.model import Reason, ScheduleState, Trigger
-from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import Store

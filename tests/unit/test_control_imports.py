@@ -22,6 +22,8 @@ pytestmark = pytest.mark.unit
 
 ROUND = {
     "celery_durable_beat.beat_loop",
+    "celery_durable_beat.dispatch",
+    "celery_durable_beat.round_records",
     "celery_durable_beat.leadership",
     "celery_durable_beat.sync",
     "celery_durable_beat.wiring",

@@ -13,7 +13,7 @@ import pytest
 from celery_durable_beat.dispatch import Dispatcher, TickMessage
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Reason, ScheduleState, Source
-from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.schedules.validate import validate_entries
 from celery_durable_beat.store.base import DueSchedule, Store
 from celery_durable_beat.sync import sync_definitions

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from celery_durable_beat.ids import (
     format_tick_instant,
+    is_tick_id,
     jitter_offset_ms,
     manual_task_id,
     schedule_key,
@@ -116,6 +117,40 @@ def test_manual_ids_are_random_without_an_idempotency_key() -> None:
     ids = {manual_task_id("nightly-digest") for _ in range(50)}
     assert len(ids) == 50
     assert all(re.fullmatch(r"nightly-digest@manual-[0-9a-f]{32}", i) for i in ids)
+
+
+@PROPERTY
+@given(
+    name=names,
+    tick_ms=st.integers(0, 253_402_300_799_999),
+    idempotency_key=st.none() | st.text(max_size=20),
+)
+def test_every_id_beat_makes_has_the_tick_id_shape(
+    name: str, tick_ms: int, idempotency_key: str | None
+) -> None:
+    """Format and parse are one definition (``ids.py``): the worker's ``is_tick_id`` accepts
+    every id ``tick_task_id`` and ``manual_task_id`` produce."""
+    assert is_tick_id(tick_task_id(name, tick_ms))
+    assert is_tick_id(manual_task_id(name, idempotency_key))
+
+
+@pytest.mark.parametrize(
+    "task_id",
+    [
+        "",
+        "3f2b5c9e-1d4a-4b8e-9c2f-7a6d5e4b3c21",  # an ordinary Celery uuid
+        "Nightly@2026-11-30T03:00:00Z",  # keys are lower-cased
+        "@2026-11-30T03:00:00Z",
+        "nightly@2026-11-30T03:00:00",
+        "nightly@2026-11-30T03:00:00.07Z",
+        "nightly@manual-abc",
+        "nightly@manual-" + "A" * 32,
+        "nightly@2026-11-30T03:00:00Z\n",
+        "a b@2026-11-30T03:00:00Z",
+    ],
+)
+def test_other_ids_do_not_have_the_tick_id_shape(task_id: str) -> None:
+    assert not is_tick_id(task_id)
 
 
 def test_manual_and_tick_ids_cannot_collide() -> None:

@@ -1,4 +1,4 @@
-"""``log_extra`` and ``cause``: the one spelling of a log line's fields, and of a swallowed error."""
+"""``log_extra`` and ``cause``: the one spelling of a log line's fields and of a swallowed error."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from celery_durable_beat.metrics import (
     status_registry,
 )
 from celery_durable_beat.model import Action, Reason, ScheduleState
-from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.schedules.validate import validate_entries
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.testing import MemoryLease, MemoryStore

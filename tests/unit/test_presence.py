@@ -16,10 +16,10 @@ from unittest import mock
 import pytest
 from celery import Celery
 
+from celery_durable_beat.celery_message import send_kwargs
 from celery_durable_beat.exceptions import StoreUnavailable
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Action
-from celery_durable_beat.publish import send_kwargs
 from celery_durable_beat.runs.base import Runs, WorkerSeen
 from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.settings import Settings

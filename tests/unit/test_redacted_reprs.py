@@ -19,12 +19,13 @@ from kombu import Connection
 
 from celery_durable_beat import DurableBeat
 from celery_durable_beat.backends import make_publisher
+from celery_durable_beat.celery_message import ReprLimits, send_kwargs, shown_reprs
 from celery_durable_beat.clock import SystemClock
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.message import build_message
 from celery_durable_beat.model import Trigger
-from celery_durable_beat.publish import CeleryPublisher, ReprLimits, send_kwargs, shown_reprs
+from celery_durable_beat.publish.celery_publisher import CeleryPublisher
 from celery_durable_beat.redact import DEFAULT_KEYS, MASK
 from celery_durable_beat.schedules.validate import validate_entries
 from celery_durable_beat.settings import Settings

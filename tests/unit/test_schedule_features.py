@@ -21,7 +21,7 @@ from celery_durable_beat.exceptions import ConfigError
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, StateReason
 from celery_durable_beat.policy import first_tick, plan
-from celery_durable_beat.publish import CapturingPublisher
+from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.runs.base import RunKey, Runs, RunState, RunWrite
 from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.schedules.spec import IntervalSpec

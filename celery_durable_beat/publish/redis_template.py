@@ -55,9 +55,10 @@ from celery.app.routes import MapRoute
 from celery.utils.time import add_seconds_to_datetime, maybe_make_aware, subtract_datetimes
 from kombu.serialization import dumps, loads, registry
 
-from celery_durable_beat.message import TickMessage
+from celery_durable_beat.celery_message import shown_reprs
+from celery_durable_beat.message import TickMessage, tick_headers
 from celery_durable_beat.model import Action, Reason
-from celery_durable_beat.publish import CelerySession, shown_reprs, tick_headers
+from celery_durable_beat.publish.send_task import CelerySession
 
 log = logging.getLogger("celery_durable_beat.publish")
 

@@ -1,0 +1,143 @@
+"""The generic Celery path: every tick through ``app.send_task``, one producer per round.
+
+Messages go through the app's own producer, so ``task_routes``, queues, priorities, ``options``
+and serializers apply exactly as for any Celery task; the keyword arguments (the tick's id,
+``periodic_*`` headers, redacted reprs) are ``celery_message.send_kwargs``. One producer (one
+broker connection) serves a whole round. Failures are classified into stable reasons
+(``CelerySession.reason_of``); the exception text is never logged or stored, since it can carry
+payloads or credentials.
+
+``celery_publisher.CeleryPublisher`` opens this session per round (on a kombu publish batch, with
+AMQP confirms, or plain: ``CelerySession`` says what ``confirm`` proves on each);
+``redis_template.TemplatedRedisSession`` extends it, and every tick it cannot template goes
+through here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from celery.exceptions import QueueNotFound
+from kombu.exceptions import BatchPublishError, ContentDisallowed, EncodeError, OperationalError
+
+from celery_durable_beat.celery_message import ReprLimits, send_kwargs
+from celery_durable_beat.message import TickMessage
+from celery_durable_beat.model import Action, Reason
+from celery_durable_beat.publish.base import Confirms
+from celery_durable_beat.redact import DEFAULT_KEYS
+
+log = logging.getLogger("celery_durable_beat.publish")
+
+
+class CelerySession:
+    """Publishes through one producer for the length of a round.
+
+    The dispatcher records a tick as ``enqueued`` only after ``confirm`` succeeded, so what
+    ``confirm`` checks is what ``enqueued`` means (docs/concepts.md, per transport):
+    on Redis (kombu >= 5.7) publishes are buffered in a pipeline and ``confirm`` delivers them;
+    on RabbitMQ (py-amqp) they go out on a confirm-mode channel and ``confirm`` waits for the
+    broker's acks (``amqp_confirms.AmqpConfirms``); elsewhere each publish is immediate and
+    ``confirm`` has nothing to add.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        producer: Any,
+        batch: Any = None,
+        confirms: Confirms | None = None,
+        redact_keys: Sequence[str] = DEFAULT_KEYS,
+    ) -> None:
+        self.app = app
+        self.producer = producer
+        self.batch = batch
+        self.confirms = confirms
+        self.redact_keys = tuple(redact_keys)
+        self.limits = ReprLimits.of(app)
+        self.failed = False
+        self._buffered = 0
+        self._connection_errors: tuple[type[BaseException], ...] = (
+            OperationalError,
+            BatchPublishError,
+            ConnectionError,
+            OSError,
+            TimeoutError,
+            *getattr(producer.connection, "connection_errors", ()),
+        )
+
+    def unconfirmed(self) -> int:
+        return self._buffered
+
+    def confirm(self) -> Reason | None:
+        if not self._buffered:
+            return None
+        self._buffered = 0
+        if self.confirms is not None:
+            reason = self.confirms.settle()
+            self.failed = self.failed or reason is not None
+            return reason
+        if self.batch is None:
+            return None
+        try:
+            self.batch.flush()
+        except self._connection_errors as exc:
+            log.debug(
+                "batch delivery raised %s",
+                type(exc).__name__,
+                extra={
+                    "action": Action.CONFIRM_FAILED.value,
+                    "reason": Reason.BROKER_UNAVAILABLE.value,
+                },
+            )
+            self.failed = True
+            return Reason.BROKER_UNAVAILABLE
+        return None
+
+    def publish(self, message: TickMessage) -> Reason | None:
+        try:
+            self._send(message)
+        except Exception as exc:
+            return self._failed_with(message, exc)
+        return None
+
+    def _failed_with(self, message: TickMessage, exc: Exception) -> Reason:
+        return _failed(message, self.reason_of(exc), exc)
+
+    def _send(self, message: TickMessage) -> None:
+        """``app.send_task`` with the tick's options, through this round's producer."""
+        options = send_kwargs(message, self.redact_keys, self.limits)
+        if self.confirms is None:
+            self.app.send_task(message.task, producer=self.producer, **options)
+        else:
+            producer = self.confirms.producer_for_publish()
+            self.app.send_task(message.task, producer=producer, **options)
+            self.confirms.published()
+        if self.batch is not None or self.confirms is not None:
+            self._buffered += 1
+
+    def reason_of(self, exc: Exception) -> Reason:
+        """The stable reason a publish raised ``exc`` for (its text is never kept)."""
+        if isinstance(exc, (EncodeError, ContentDisallowed, TypeError, ValueError)):
+            return Reason.SERIALIZATION_ERROR
+        if isinstance(exc, QueueNotFound):
+            return Reason.ROUTING_ERROR
+        if isinstance(exc, self._connection_errors):
+            return Reason.BROKER_UNAVAILABLE
+        return Reason.PUBLISH_ERROR
+
+
+def _failed(message: TickMessage, reason: Reason, exc: BaseException) -> Reason:
+    log.debug(
+        "publish %s raised %s",
+        message.task_id,
+        type(exc).__name__,
+        extra={
+            "action": Action.PUBLISH_RAISED.value,
+            "schedule": message.schedule,
+            "task_id": message.task_id,
+            "reason": reason.value,
+        },
+    )
+    return reason
