@@ -295,13 +295,11 @@ class BeatLoop:
                 break
 
     def close(self) -> None:
-        """Release the lease (only if held), then close the overlap gate, the store and the
-        observer (the metrics server)."""
+        """Release the lease (only if held), then close the round's gate (its run tracking), the
+        store and the observer (the metrics server)."""
         try:
             self.leadership.close()
-            gate = self.dispatcher.gate
-            if gate is not None and hasattr(gate, "close"):
-                gate.close()
+            self.dispatcher.gate.close()
             self.store.close()
         finally:
             self._observe(self.observer.close)

@@ -12,9 +12,13 @@ exist for a due tick anyway (a write that lost its compare-and-set), the round w
 broker outage stops the round early (everything after would fail too) and never counts against
 a schedule.
 
-``replace`` revokes (SPEC §6) are side effects of a tick that is safe: the gate only notes them,
-and the round sends them after ``settle`` committed, for ticks recorded ``enqueued`` — never for
-one whose publish or confirm failed, and none at all when the round fails.
+Beat's gates (``gates/``) are reached through one port, ``gates.base.Gate``: the round asks it
+once what the workers reported of the due schedules' previous runs (``begin_round``, before any
+publish), then before each publish whether the tick goes out (``before_publish``), and tells it
+after ``settle`` committed which ticks are recorded ``enqueued`` (``after_settle``). So
+``replace`` revokes (SPEC §6), side effects of a tick that is safe, are noted by the gate and
+sent only then, for ticks recorded ``enqueued`` — never for one whose publish or confirm failed,
+and none at all when the round fails.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from celery_durable_beat import faults
 from celery_durable_beat import round_records as records
+from celery_durable_beat.gates.base import OPEN_GATE, Gate, PreviousRuns
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.message import TickMessage, build_message
 from celery_durable_beat.model import (
@@ -71,7 +76,7 @@ class _Work:
     ticks: list[TickMessage]
     """The ``buffer_one`` tick first when one is held, then the plan's ticks to fire."""
     streak: int = 0
-    """Own-fault failures in a row learnt from the workers (``worker/unknown.py``)."""
+    """Own-fault failures in a row learnt from the workers (``gates/unknown_tasks.py``)."""
     failed_runs: bool = False
     """``pause_on_failure``: its last N runs failed, so it is paused instead of fired."""
 
@@ -109,29 +114,20 @@ class Dispatcher:
         *,
         batch_size: int = 500,
         quarantine_after: int = 5,
-        gate: Callable[[DueSchedule, TickMessage], Reason | None] | None = None,
+        gate: Gate = OPEN_GATE,
         still_leader: Callable[[], bool] | None = None,
-        unknown_tasks: Callable[[Sequence[DueSchedule]], set[int]] | None = None,
-        failed_runs: Callable[[Sequence[DueSchedule]], set[int]] | None = None,
-        worker_check: Callable[[], Callable[[TickMessage], bool]] | None = None,
         recheck_ms: int = 1000,
     ) -> None:
         self.store = store
         self.publisher = publisher
         self.batch_size = batch_size
         self.quarantine_after = quarantine_after
+        # Beat's decisions around a publish (overlap, unknown tasks, failing streaks, live
+        # queues); the round closes nothing of it, the beat loop does.
         self.gate = gate
         # Checked before each schedule: a leader whose lease may lapse stops publishing (SPEC §7);
         # also called before each publish, so a lease that ages mid-round is renewed.
         self.still_leader = still_leader
-        # Schedules whose previous tick no worker knew (SPEC §6): one read per round.
-        self.unknown_tasks = unknown_tasks
-        # ``pause_on_failure``: schedules whose last N runs failed (``worker/streaks.py``).
-        self.failed_runs = failed_runs
-        # ``require_worker``: asked once per round (when a schedule needs it) for a check of
-        # whether a live worker consumes a tick's queue.
-        self.worker_check = worker_check
-        self._has_worker: Callable[[TickMessage], bool] | None = None
         # How soon a held ``buffer_one`` tick looks at its previous run again.
         self.recheck_ms = recheck_ms
 
@@ -143,19 +139,21 @@ class Dispatcher:
                 if not claim.schedules:
                     return stats
                 work, broken = _plan_all(claim.schedules, now_ms)
-                self._learn_unknown_tasks(work)
-                self._learn_failed_runs(work)
+                _learn(work, self.gate.begin_round([item.due for item in work]))
                 ids = [t.task_id for w in work for t in w.ticks]
                 existing = claim.enqueued_task_ids(ids) if ids else set()
-            self._has_worker = None
             advances = self._publish_all(work, existing, now_ms, stats)
             advances += [_quarantine_unplannable(due, now_ms, stats) for due in broken]
             applied = self.store.settle(stats.events, advances, epoch)
         except BaseException:
-            self._revoke_replaced(())  # what the round displaced stays: nothing new is safe
+            self.gate.after_settle(())  # what the round displaced stays: nothing new is safe
             raise
         faults.point("after_audit")
-        self._revoke_replaced(stats.events)
+        # Let the gate revoke what ``replace`` displaced, for the ticks now recorded ``enqueued``
+        # only (their publish confirmed, their record committed); the rest die.
+        self.gate.after_settle(
+            {e.task_id for e in stats.events if e.outcome is Outcome.ENQUEUED and e.task_id}
+        )
         stats.conflicts = applied.count(False)
         if stats.conflicts:
             log.info(
@@ -164,31 +162,6 @@ class Dispatcher:
                 extra={"action": Action.ADVANCE_CONFLICT.value},
             )
         return stats
-
-    def _learn_unknown_tasks(self, work: Sequence[_Work]) -> None:
-        """A previous tick no worker knew is one more own-fault failure in a row."""
-        if self.unknown_tasks is None or not work:
-            return
-        unknown = self.unknown_tasks([item.due for item in work])
-        for item in work:
-            if item.due.id in unknown:
-                item.streak = item.due.failures + 1
-
-    def _learn_failed_runs(self, work: Sequence[_Work]) -> None:
-        """Schedules with ``pause_on_failure`` whose last N runs failed are paused this round."""
-        wanted = [item for item in work if item.due.definition.pause_on_failure]
-        if self.failed_runs is None or not wanted:
-            return
-        failing = self.failed_runs([item.due for item in wanted])
-        for item in wanted:
-            item.failed_runs = item.due.id in failing
-
-    def _revoke_replaced(self, events: Sequence[AuditEvent]) -> None:
-        """Let the gate revoke what ``replace`` displaced, for the ticks now recorded
-        ``enqueued`` only (their publish confirmed, their record committed); the rest die."""
-        flush = getattr(self.gate, "flush", None)
-        if flush is not None:
-            flush({e.task_id for e in events if e.outcome is Outcome.ENQUEUED and e.task_id})
 
     def _publish_all(
         self, work: Sequence[_Work], existing: set[str], now_ms: int, stats: RoundStats
@@ -320,9 +293,7 @@ class Dispatcher:
     ) -> tuple[Outcome, Reason | None]:
         if message.task_id in existing:
             return Outcome.DEDUPLICATED, Reason.ALREADY_ENQUEUED
-        if due.definition.require_worker and not self._worker_for(message):
-            return Outcome.SKIPPED, Reason.NO_WORKER
-        held = self.gate(due, message) if self.gate else None
+        held = self.gate.before_publish(due, message)
         if held is not None:
             return Outcome.SKIPPED, held
         if self.still_leader is not None:
@@ -345,14 +316,6 @@ class Dispatcher:
             },
         )
         return Outcome.FAILED, reason
-
-    def _worker_for(self, message: TickMessage) -> bool:
-        """Whether a live worker consumes the tick's queue (no check wired: assume one)."""
-        if self.worker_check is None:
-            return True
-        if self._has_worker is None:
-            self._has_worker = self.worker_check()
-        return self._has_worker(message)
 
     def _after_failure(
         self,
@@ -398,6 +361,15 @@ class Dispatcher:
             state=state,
             buffered_tick_ms=held if state is ScheduleState.ACTIVE else None,
         )
+
+
+def _learn(work: Sequence[_Work], previous: PreviousRuns) -> None:
+    """What the workers reported: a previous tick no worker knew is one more own-fault failure
+    in a row; a ``pause_on_failure`` schedule whose last N runs failed is paused this round."""
+    for item in work:
+        if item.due.id in previous.unknown_task:
+            item.streak = item.due.failures + 1
+        item.failed_runs = item.due.id in previous.failing
 
 
 def _plan_all(

@@ -4,7 +4,6 @@ API, which must not load the round); this module adds what only beat runs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery_durable_beat.backends import make_lease, make_publisher, make_store
@@ -12,56 +11,24 @@ from celery_durable_beat.beat_loop import BASIC_BROKER_ERRORS, NO_OBSERVER, Beat
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
+from celery_durable_beat.gates.base import Gate
 from celery_durable_beat.leadership import Leadership
-from celery_durable_beat.message import TickMessage
-from celery_durable_beat.model import Reason
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import DueSchedule, Store
-
-Gate = Callable[[DueSchedule, TickMessage], Reason | None]
-UnknownTasks = Callable[[Sequence[DueSchedule]], set[int]]
-FailedRuns = Callable[[Sequence[DueSchedule]], set[int]]
-WorkerCheck = Callable[[], Callable[[TickMessage], bool]]
+from celery_durable_beat.store.base import Store
 
 
-def make_gate(app: Any, settings: Settings, store: Store) -> Gate | None:
-    """The overlap gate of the round (SPEC §6).
+def make_gate(app: Any, settings: Settings, store: Store) -> Gate:
+    """The round's one gate (SPEC §2, §6): overlap, unknown tasks, failing streaks and live
+    queues, all on one run tracking picked here (closed with the gate).
 
-    Always built (schedules can gain ``overlap`` at any time through the API); it costs nothing
-    for ``allow`` schedules, and its store engine and Redis client connect on first use only.
+    Always built (schedules can gain ``overlap`` or ``require_worker`` at any time through the
+    API); it costs nothing for a schedule with none of those keys, and its store engine and Redis
+    client connect on first use only.
     """
+    from celery_durable_beat.gates.round_gate import RoundGate
     from celery_durable_beat.runs.factory import make_runs
-    from celery_durable_beat.worker.overlap import OverlapGate
 
-    return OverlapGate(app, settings, make_runs(app, settings, store.url))
-
-
-def make_unknown_tasks(gate: Gate | None) -> UnknownTasks | None:
-    """The round's read of ticks no worker knew (SPEC §6), on the gate's run tracking (one
-    engine for both, closed with the gate)."""
-    from celery_durable_beat.worker.overlap import OverlapGate
-    from celery_durable_beat.worker.unknown import UnknownTaskWatch
-
-    return UnknownTaskWatch(gate.runs) if isinstance(gate, OverlapGate) else None
-
-
-def make_failed_runs(gate: Gate | None) -> FailedRuns | None:
-    """The round's read of failing streaks (``pause_on_failure``), on the gate's run tracking."""
-    from celery_durable_beat.worker.overlap import OverlapGate
-    from celery_durable_beat.worker.streaks import FailedRunsWatch
-
-    return FailedRunsWatch(gate.runs) if isinstance(gate, OverlapGate) else None
-
-
-def make_worker_check(app: Any, settings: Settings, gate: Gate | None) -> WorkerCheck | None:
-    """The round's ``require_worker`` check (SPEC §2): live workers read from the gate's run
-    tracking (one engine for both, closed with the gate), queues resolved by ``app``'s router."""
-    from celery_durable_beat.worker.overlap import OverlapGate
-    from celery_durable_beat.worker.presence import QueueWatch
-
-    if not isinstance(gate, OverlapGate):
-        return None
-    return QueueWatch(app, gate.runs, settings.worker_ttl)
+    return RoundGate(app, settings, make_runs(app, settings, store.url))
 
 
 def make_observer(settings: Settings, store: Store, clock: Clock) -> RoundObserver:
@@ -118,18 +85,14 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
         store.close()
         raise
     leadership = Leadership(lease, store, clock, poll_interval=settings.poll_interval)
-    gate = make_gate(app, settings, store)
     dispatcher = Dispatcher(
         store,
         make_publisher(app, settings),
         batch_size=settings.batch_size,
         quarantine_after=settings.quarantine_after,
-        gate=gate,
+        gate=make_gate(app, settings, store),
         still_leader=leadership.keep_leading,
-        unknown_tasks=make_unknown_tasks(gate),
-        failed_runs=make_failed_runs(gate),
         recheck_ms=round(settings.poll_interval * 1000),
-        worker_check=make_worker_check(app, settings, gate),
     )
     return BeatLoop(
         store,

@@ -1,11 +1,13 @@
-"""The worker side (SPEC §6): ``install(app)``, ``periodic_origin``, the dedup guard, overlap.
+"""The worker side (SPEC §6): ``install(app)``, ``periodic_origin``, the dedup guard.
 
-``hooks.py`` wires the guard into an app's tasks and signals; ``guard.py`` is the per-process
-runtime that claims ticks through the runs port (``runs/base.py``); ``origin.py`` reads the tick
-headers; ``overlap.py`` is the beat-side gate that consults the previous tick's run.
+What runs in a worker process only: ``hooks.py`` wires the guard into an app's tasks and
+signals; ``guard.py`` is the per-process runtime that claims ticks through the runs port
+(``runs/base.py``); ``origin.py`` reads the tick headers; ``presence.py`` announces the worker and
+its queues. The beat-side decisions that read what workers record (overlap, unknown tasks,
+failing streaks, live queues) are ``gates/``.
 
-The names below are imported on first use: beat imports ``overlap.py`` and must not pay for the
-worker's hooks and guard (issue #16: a beat process imports only what it runs).
+The names below are imported on first use: importing the package must not pay for the worker's
+hooks and guard (issue #16: a process imports only what it runs).
 """
 
 from __future__ import annotations

@@ -20,11 +20,10 @@ from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Definition, OverlapPolicy, Source
 from celery_durable_beat.publish.celery_publisher import CeleryPublisher
 from celery_durable_beat.runs.base import RunState
-from celery_durable_beat.runs.factory import make_runs
 from celery_durable_beat.schedules.spec import IntervalSpec
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.sql import SqlStore
-from celery_durable_beat.worker.overlap import OverlapGate
+from celery_durable_beat.wiring import make_gate
 from tests.support.procs import wait_until
 from tests.support.rig import ProcessRig, rig_factory
 
@@ -63,7 +62,7 @@ def test_replace_leaves_the_running_tick_alone_when_the_new_tick_is_not_publishe
     app = Celery("beat", broker=redis_url, set_as_current=False)
     app.conf.durable_beat_url = pg_url
     settings = Settings.from_conf(app.conf)
-    gate = OverlapGate(app, settings, make_runs(app, settings, pg_url))  # as wiring builds it
+    gate = make_gate(app, settings, store)  # the round gate, as beat builds it
     cut_off = Celery("beat-cut-off", broker=UNREACHABLE, set_as_current=False)
     try:
         Dispatcher(store, CeleryPublisher(app), gate=gate).run_round(now, EPOCH)

@@ -2,7 +2,7 @@
 
 The claims rules of ``runs/base.py`` (1-6) are tested once, on every backend: ``SqlRunStore`` on
 SQLite and PostgreSQL, ``RedisClaims`` and ``MemoryRuns``. The tracking rules (7) run on the
-store and on ``MemoryRuns``; the gate (``worker/overlap.py``) on the store, and on memory for
+store and on ``MemoryRuns``; the overlap gate (``gates/overlap.py``) on the store, and on memory for
 claims kept apart from tracking."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from celery_durable_beat.dispatch import tick_message
+from celery_durable_beat.gates.overlap import OverlapGate
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Definition, Outcome, OverlapPolicy, Reason, Trigger
 from celery_durable_beat.runs.base import Claims, RunKey, Runs, RunState, RunWrite, WriteIf
@@ -26,7 +27,6 @@ from celery_durable_beat.schedules.spec import IntervalSpec
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import AuditEvent, DueSchedule
 from celery_durable_beat.store.sql import SqlStore
-from celery_durable_beat.worker.overlap import OverlapGate
 
 pytestmark = pytest.mark.integration
 

@@ -6,11 +6,12 @@ wrote, a stored definition this version cannot read) is in ``tests/integration/t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pytest
 
 from celery_durable_beat.dispatch import Dispatcher, TickMessage
+from celery_durable_beat.gates.base import OpenGate, PreviousRuns
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Reason, ScheduleState, Source
 from celery_durable_beat.publish.capturing import CapturingPublisher
@@ -188,6 +189,16 @@ def test_config_source_recorded(store: FaultyMemoryStore) -> None:
     assert store.get("S").source is Source.CONFIG
 
 
+class UnknownTasks(OpenGate):
+    """A gate whose ``begin_round`` reports what ``watch`` says no worker knew."""
+
+    def __init__(self, watch: Callable[[Sequence[DueSchedule]], set[int]]) -> None:
+        self.watch = watch
+
+    def begin_round(self, schedules: Sequence[DueSchedule]) -> PreviousRuns:
+        return PreviousRuns(unknown_task=frozenset(self.watch(schedules)))
+
+
 def test_previous_ticks_no_worker_knew_quarantine_after_k_in_a_row(
     store: FaultyMemoryStore,
 ) -> None:
@@ -210,7 +221,7 @@ def test_previous_ticks_no_worker_knew_quarantine_after_k_in_a_row(
         }
 
     pub = CapturingPublisher()
-    dispatcher = Dispatcher(store, pub, quarantine_after=3, unknown_tasks=watch)
+    dispatcher = Dispatcher(store, pub, quarantine_after=3, gate=UnknownTasks(watch))
     now = T0
     for _ in range(8):
         now = max(now + 1000, store.earliest_due_ms() or now)
@@ -231,7 +242,7 @@ def test_a_tick_a_worker_knew_resets_the_unknown_task_streak(store: FaultyMemory
     def watch(schedules: Sequence[DueSchedule]) -> set[int]:
         return {d.id for d in schedules if d.last_tick_ms is not None and next(answers)}
 
-    dispatcher = Dispatcher(store, pub, quarantine_after=3, unknown_tasks=watch)
+    dispatcher = Dispatcher(store, pub, quarantine_after=3, gate=UnknownTasks(watch))
     now = T0
     for _ in range(10):
         now = max(now + 1000, store.earliest_due_ms() or now)

@@ -1,5 +1,5 @@
-"""Worker presence (``worker/presence.py``) on the in-memory runs: the beat's ``QueueWatch``
-(queues resolved as ``send_task`` routes, one read per round, fail open) and the worker's
+"""Worker presence on the in-memory runs: the beat's ``QueueWatch`` (``gates/live_queues.py``:
+queues resolved as ``send_task`` routes, one read per round, fail open) and the worker's
 ``Announcer`` (due-based writes, the shared store circuit, forget at shutdown).
 
 A fake clock moves only when told; the one real thread (``GuardRuntime.present``) is waited on
@@ -18,19 +18,14 @@ from celery import Celery
 
 from celery_durable_beat.celery_message import send_kwargs
 from celery_durable_beat.exceptions import StoreUnavailable
+from celery_durable_beat.gates.live_queues import QueueRouter, QueueWatch
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Action
 from celery_durable_beat.runs.base import Runs, WorkerSeen
 from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.worker.guard import GuardRuntime
-from celery_durable_beat.worker.presence import (
-    Announcer,
-    QueueRouter,
-    QueueWatch,
-    announce_every,
-    consumed_queues,
-)
+from celery_durable_beat.worker.presence import Announcer, announce_every, consumed_queues
 from celery_durable_beat.worker.tracker import CIRCUIT_S, Circuit
 
 from ._support import FakeClock

@@ -18,6 +18,7 @@ from celery_durable_beat.control.details import schedule_detail
 from celery_durable_beat.control.views import schedule_view
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import ConfigError
+from celery_durable_beat.gates.round_gate import RoundGate
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Definition, Outcome, ScheduleState, Source, StateReason
 from celery_durable_beat.policy import first_tick, plan
@@ -30,8 +31,6 @@ from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.sync import sync_definitions
 from celery_durable_beat.testing import FrozenBeat
-from celery_durable_beat.worker.overlap import OverlapGate
-from celery_durable_beat.worker.streaks import FailedRunsWatch
 
 pytestmark = pytest.mark.unit
 
@@ -261,7 +260,12 @@ class _Enqueuing(CapturingPublisher):
 
 
 class _FakeApp:
+    """No broker: a revoke broadcast fails (logged); ``require_worker`` is not used here."""
+
     control = None
+
+    def send_task(self, name: str, **options: Any) -> None:
+        """The signature the round gate's queue router reads."""
 
 
 class _Rig:
@@ -270,14 +274,8 @@ class _Rig:
         self.store = MemoryStore(clock=lambda: self.now)
         self.runs = MemoryRuns(clock=_Clock(self))
         self.publisher = _Enqueuing(self.runs)
-        gate = OverlapGate(_FakeApp(), Settings(), Runs(self.runs, self.runs))
-        self.dispatcher = Dispatcher(
-            self.store,
-            self.publisher,
-            gate=gate,
-            failed_runs=FailedRunsWatch(self.runs),
-            recheck_ms=SECOND,
-        )
+        gate = RoundGate(_FakeApp(), Settings(), Runs(self.runs, self.runs))
+        self.dispatcher = Dispatcher(self.store, self.publisher, gate=gate, recheck_ms=SECOND)
         definition = validate_entry("job", {"task": "t", "schedule": "@every 10s", **entry})
         self.store.register_epoch(1)
         sync_definitions(self.store, [definition], self.now, epoch=1)

@@ -1,10 +1,10 @@
 """The overlap gate of the round (SPEC §6): ``skip`` and ``replace`` against the previous tick.
 
-The dispatcher calls the gate before each publish. ``allow`` schedules (the default) return at
-once, with no query. For the others the gate looks at the schedule's previous automatic tick —
-the newest ``enqueued`` one before this tick, with its run state (one indexed query) — or at a
-tick it let through earlier in this same round (backfill fires several ticks in one round, and
-their audit records are written only at the round's end).
+The round gate (``gates/round_gate.py``) asks it before each publish. ``allow`` schedules (the
+default) return at once, with no query. For the others the gate looks at the schedule's previous
+automatic tick — the newest ``enqueued`` one before this tick, with its run state (one indexed
+query) — or at a tick it let through earlier in this same round (backfill fires several ticks in
+one round, and their audit records are written only at the round's end).
 
 The previous tick is **unfinished** unless its run state is ``succeeded``, ``failed`` or
 ``revoked``, and it is **lost** (treated as finished) when there has been no news of it for too
@@ -18,9 +18,9 @@ previous tick never blocks forever.
   record yet, ``buffered_tick_ms`` on the row) and offers it to the gate again each recheck
   until the previous run has ended, then publishes it; further ticks meanwhile are ``skipped``.
 - ``replace``: this tick is published, and once it is safe — its publish confirmed and its
-  ``enqueued`` record committed, which the round tells ``flush`` after its audit write — the
-  unfinished previous tick is revoked: ``revoked`` recorded for it if it has not started (so any
-  worker refuses it later, even one that missed the broadcast), and
+  ``enqueued`` record committed, which the round tells ``flush`` after its audit write (through
+  ``Gate.after_settle``) — the unfinished previous tick is revoked: ``revoked`` recorded for it if
+  it has not started (so any worker refuses it later, even one that missed the broadcast), and
   ``app.control.revoke(task_id, terminate=True)`` for a run in progress (pools that can terminate:
   prefork, eventlet, gevent). A tick that did not reach the broker revokes nothing: with the
   broker down or a routing error, the running previous run is left to finish.
@@ -43,7 +43,7 @@ from celery_durable_beat.runs.base import FINAL_RUN_STATES, PreviousTick, RunKey
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import DueSchedule
 
-log = logging.getLogger("celery_durable_beat.worker.overlap")
+log = logging.getLogger("celery_durable_beat.gates.overlap")
 
 REVOKER = "beat"
 """The owner recorded on a run the gate revoked before it started."""
@@ -59,7 +59,7 @@ def unfinished(prev: PreviousTick, queued_ttl_ms: int) -> bool:
 
 
 class OverlapGate:
-    """``gate(due, message) -> Reason | None`` for ``Dispatcher``.
+    """``gate(due, message) -> Reason | None``, then ``flush(safe)`` once the round settled.
 
     Ticks let through are remembered only for the ``DueSchedule`` object of the current round:
     the dispatcher hands every tick of one schedule over consecutively with the same object.
@@ -67,17 +67,13 @@ class OverlapGate:
 
     def __init__(self, app: Any, settings: Settings, runs: Runs) -> None:
         self.app = app
-        self.runs = runs.tracking
-        self._runs = runs
+        self.tracking = runs.tracking
+        self.runs = runs
         self.queued_ttl_ms = round(settings.queued_ttl * 1000)
         self.keep_ms = round(settings.dedup_ttl * 1000)
         self._due: DueSchedule | None = None
         self._let_through: tuple[str, int] | None = None
         self._revokes: list[_Displaced] = []
-
-    def close(self) -> None:
-        """Release the run store's pool and the claims' client; idempotent."""
-        self._runs.close()
 
     def __call__(self, due: DueSchedule, message: TickMessage) -> Reason | None:
         policy = due.definition.overlap
@@ -107,7 +103,7 @@ class OverlapGate:
         """(task id, tick) of the unfinished previous tick, or None."""
         if self._let_through is not None and self._let_through[1] < message.tick_ms:
             return self._let_through  # published moments ago in this round
-        prev = self.runs.previous_tick(due.name, message.tick_ms)
+        prev = self.tracking.previous_tick(due.name, message.tick_ms)
         if prev is None or not unfinished(prev, self.queued_ttl_ms):
             return None
         return prev.task_id, prev.tick_ms
@@ -137,9 +133,9 @@ class OverlapGate:
 
     def _revoke(self, schedule: str, task_id: str, tick_ms: int) -> None:
         key = RunKey(task_id, schedule, tick_ms, Trigger.AUTO.value)
-        self.runs.mark_revoked(key, REVOKER, self.keep_ms)
-        claims = self._runs.claims
-        if not self._runs.shared:
+        self.tracking.mark_revoked(key, REVOKER, self.keep_ms)
+        claims = self.runs.claims
+        if not self.runs.shared:
             try:
                 claims.mark_revoked(key, REVOKER, self.keep_ms)
             except claims.errors as exc:

@@ -2,13 +2,14 @@
 
 ``send_task`` by name cannot tell whether any worker has the task, so a misspelt task would be
 published forever. A worker that receives such a tick records its run state ``unknown_task``
-(``hooks._on_unknown``, from Celery's ``task_unknown``). Once per round, the dispatcher asks
-``UnknownTaskWatch`` which of the due schedules' previous tick (``last_tick_ms``: the newest
-tick the round fired) ended so: one primary-key query for the whole batch, through the runs
-port, whatever the schedules' overlap. Each such schedule counts one more own-fault failure in a
-row; the K-th quarantines it instead of publishing again (``durable_beat_quarantine_after``).
-Any other previous tick resets the streak, including one no worker has received yet when the
-next is due: a worker backlog can delay a quarantine, never cause one.
+(``worker/hooks._on_unknown``, from Celery's ``task_unknown``). Once per round
+(``Gate.begin_round``), the round gate asks ``UnknownTaskWatch`` which of the due schedules'
+previous tick (``last_tick_ms``: the newest tick the round fired) ended so: one primary-key query
+for the whole batch, through the runs port, whatever the schedules' overlap. Each such schedule
+counts one more own-fault failure in a row; the K-th quarantines it instead of publishing again
+(``durable_beat_quarantine_after``). Any other previous tick resets the streak, including one no
+worker has received yet when the next is due: a worker backlog can delay a quarantine, never
+cause one.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from celery_durable_beat.model import Action
 from celery_durable_beat.runs.base import RunState, RunTracking
 from celery_durable_beat.store.base import DueSchedule
 
-log = logging.getLogger("celery_durable_beat.worker.unknown")
+log = logging.getLogger("celery_durable_beat.gates.unknown_tasks")
 
 
 class UnknownTaskWatch:

@@ -6,7 +6,8 @@ its N newest automatic ticks ended ``failed``. Run states are final states the w
 does a run still going. Only ticks at or after the schedule's ``streak_from_ms`` count — set
 whenever it is planned from now (created, changed, resumed) — so ``resume`` clears the count.
 
-Read only for due schedules that set the key: one indexed query each, on the runs port.
+Read once per round (``Gate.begin_round``), only for due schedules that set the key: one indexed
+query each, on the runs port.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from celery_durable_beat.model import Action
 from celery_durable_beat.runs.base import RunState, RunTracking
 from celery_durable_beat.store.base import DueSchedule
 
-log = logging.getLogger("celery_durable_beat.worker.streaks")
+log = logging.getLogger("celery_durable_beat.gates.failing_streaks")
 
 
 class FailedRunsWatch:
