@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from celery_durable_beat.beat_loop import BASIC_BROKER_ERRORS, NO_OBSERVER, BeatLoop, RoundObserver
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.dispatch import Dispatcher
-from celery_durable_beat.exceptions import ConfigError, ConfigProblem, SettingProblem
+from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.leadership import Leadership
 from celery_durable_beat.lease.base import HolderInfo, Lease
 from celery_durable_beat.message import TickMessage
@@ -97,8 +97,10 @@ def make_lease_reader(settings: Settings) -> LeaseReader | None:
 
 
 def _lease_url_problem(text: str) -> ConfigError:
+    """A lease URL beat cannot use, reported as the setting it is (``setting durable_beat_lease_url:
+    ...``), not as a schedule entry."""
     field = "durable_beat_lease_url"
-    return ConfigError([ConfigProblem("settings", field, f"{field}: {text}")])
+    return ConfigError([SettingProblem("settings", field, f"{field}: {text}")])
 
 
 def make_publisher(app: Any, settings: Settings) -> CeleryPublisher:
