@@ -45,8 +45,9 @@ def beat_burst(app: Celery, url: str, amqp: str, queue: str, count: int) -> dict
     t, rounds = time.perf_counter(), 0
     while True:
         rounds += 1
-        assert scheduler.dispatcher is not None
-        if scheduler.dispatcher.run_round(store.now_ms(), scheduler._epoch).claimed == 0:
+        assert scheduler.dispatcher is not None and scheduler.loop is not None
+        epoch = scheduler.loop.leadership.epoch
+        if scheduler.dispatcher.run_round(store.now_ms(), epoch).claimed == 0:
             break
     elapsed = time.perf_counter() - t
     with store._get_engine().connect() as conn:

@@ -124,8 +124,8 @@ def burst(app: Celery, url: str, redis_url: str, count: int) -> dict[str, float]
     rounds = 0
     while True:
         rounds += 1
-        assert scheduler.dispatcher is not None
-        stats = scheduler.dispatcher.run_round(store.now_ms(), scheduler._epoch)
+        assert scheduler.dispatcher is not None and scheduler.loop is not None
+        stats = scheduler.dispatcher.run_round(store.now_ms(), scheduler.loop.leadership.epoch)
         if stats.claimed == 0:
             break
     elapsed = time.perf_counter() - t

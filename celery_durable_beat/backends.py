@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from celery_durable_beat.exceptions import ConfigError, ConfigProblem
+from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.lease.base import HolderInfo, Lease
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import LeaderInfo, Store
@@ -102,8 +102,10 @@ def make_lease_reader(settings: Settings) -> LeaseReader | None:
 
 
 def _lease_url_problem(text: str) -> ConfigError:
+    """A lease URL beat cannot use, reported as the setting it is (``setting durable_beat_lease_url:
+    ...``), not as a schedule entry."""
     field = "durable_beat_lease_url"
-    return ConfigError([ConfigProblem("settings", field, f"{field}: {text}")])
+    return ConfigError([SettingProblem("settings", field, f"{field}: {text}")])
 
 
 def make_publisher(app: Any, settings: Settings) -> CeleryPublisher:

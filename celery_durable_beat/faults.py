@@ -1,13 +1,16 @@
 """Fault injection for crash tests: the process kills (or stops) itself at a named point.
 
-Off unless the environment variable ``DURABLE_BEAT_FAULT`` is set when this module is first
-imported; then ``point(name)`` is one dictionary lookup. The value is a comma-separated list of
-``<point>:<when>[:stop]``, where ``<when>`` is either an integer N (die at the N-th time the point
-is reached) or a probability in (0, 1) (die each time with that chance), e.g.::
+Off unless the test harness arms it: ``arm(plan)`` is the only way in, and nothing in the package
+calls it. No environment variable, setting or file turns it on, so a stray variable on a
+production host can never make beat kill itself; the reliability tests' app
+(``tests/support/procapp.py``) arms the plan it is given by the test rig. Off, ``point(name)`` is
+one dictionary lookup. A plan is a comma-separated list of ``<point>:<when>[:stop]``, where
+``<when>`` is either an integer N (die at the N-th time the point is reached) or a probability in
+(0, 1) (die each time with that chance), e.g.::
 
-    DURABLE_BEAT_FAULT=after_publish:3
-    DURABLE_BEAT_FAULT=mid_batch:0.2,after_audit:0.1
-    DURABLE_BEAT_FAULT=after_publish:2:stop
+    arm("after_publish:3")
+    arm("mid_batch:0.2,after_audit:0.1")
+    arm("after_publish:2:stop")
 
 With ``:stop`` the process does not die there: it stops itself (SIGSTOP), frozen mid-round as by
 a long GC pause or a suspended VM, until the test sends SIGCONT; then the round goes on.
@@ -42,7 +45,6 @@ import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-ENV = "DURABLE_BEAT_FAULT"
 POINTS = frozenset({"mid_batch", "after_publish", "after_audit", "fenced_write"})
 STOP = "stop"
 
@@ -59,7 +61,7 @@ def _entries(value: str) -> Iterator[tuple[str, str, float, bool]]:
         bad_number = number <= 0 or (number >= 1 and not number.is_integer())
         if name not in POINTS or bad_number or action not in ("", STOP):
             raise ValueError(
-                f"{ENV}: {part!r} is not <point>:<count or probability>[:stop]; "
+                f"fault plan: {part!r} is not <point>:<count or probability>[:stop]; "
                 f"points are {', '.join(sorted(POINTS))}"
             )
         yield part, name, number, action == STOP
@@ -75,10 +77,27 @@ def stops(value: str) -> frozenset[str]:
     return frozenset(name for _, name, _, stop in _entries(value) if stop)
 
 
-_PLAN: dict[str, float] | None = parse(os.environ[ENV]) if os.environ.get(ENV) else None
-_STOPS: frozenset[str] = stops(os.environ[ENV]) if os.environ.get(ENV) else frozenset()
+_PLAN: dict[str, float] = {}
+_STOPS: set[str] = set()
 _HITS: dict[str, int] = {}
 _PAUSES: dict[str, Callable[[], None]] = {}
+
+
+def arm(plan: str) -> None:
+    """Arm ``plan`` in this process, replacing any earlier one and its hit counts; ``""``
+    disarms. The test harness's switch, and the only one: raises ValueError for a bad plan,
+    before anything is armed."""
+    kills, stopping = parse(plan), stops(plan)
+    _PLAN.clear()
+    _PLAN.update(kills)
+    _STOPS.clear()
+    _STOPS.update(stopping)
+    _HITS.clear()
+
+
+def armed() -> dict[str, float]:
+    """The plan in force (``{}`` when off), for a test to check what its process was given."""
+    return dict(_PLAN)
 
 
 @contextmanager
@@ -94,15 +113,14 @@ def paused_at(name: str, action: Callable[[], None]) -> Iterator[None]:
 
 
 def point(name: str) -> None:
-    """Die (or stop) here if the fault plan says so; a no-op when ``DURABLE_BEAT_FAULT`` is
-    unset."""
+    """Die (or stop) here if the armed plan says so; a no-op when nothing is armed."""
     if _PAUSES:
         pause = _PAUSES.get(name)
         if pause is not None:
             pause()
-    if _PLAN is None or name not in _PLAN:
+    when = _PLAN.get(name)
+    if when is None:
         return
-    when = _PLAN[name]
     _HITS[name] = hits = _HITS.get(name, 0) + 1
     if (when >= 1 and hits == int(when)) or (when < 1 and random.random() < when):  # noqa: S311
         if name in _STOPS:

@@ -38,11 +38,6 @@ EXIT_INVALID_CONFIG = 2
 """Beat's exit status on an invalid config: the status ``durable-beat check`` gives it too."""
 
 
-def _election(name: str, default: object) -> Any:
-    """``loop.leadership.<name>`` read-only, under its pre-split name (tests and bench/ read it)."""
-    return property(lambda self: getattr(self.loop.leadership, name) if self.loop else default)
-
-
 def _refuse(exc: ConfigError | SchemaOutdated, logged: bool = False) -> NoReturn:
     """Say what is wrong in one log line per problem, then exit with ``EXIT_INVALID_CONFIG``.
 
@@ -163,8 +158,3 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         except SchemaOutdated as exc:  # upgraded under a running beat: the round said why
             self.close()
             _refuse(exc, logged=True)
-
-    _epoch = _election("epoch", 0)
-    _was_leader = _election("was_leader", None)
-    _status = _election("status", None)
-    _still_leader = _election("still_leader", lambda: False)

@@ -2,13 +2,16 @@
 
 Celery finds this group through the ``celery.commands`` entry point and hands every verb the
 loaded app as ``ctx.obj.app``. Each verb is a thin shell over :class:`DurableBeat`: parse the
-options, call one method, print either aligned text (``cli_format``) or the method's
-``to_json()`` with ``--json``.
+options, call one method, print either aligned text (``cli/format.py``, imported as
+``cli_format``) or the method's ``to_json()`` with ``--json``.
 
 Failures an operator can cause or fix (an unknown name, a bad option, an unreachable store) end
 with ONE line on stderr and a documented exit code, never a traceback; see ``EXIT_CODES``.
-Further verbs (the HTTP server of §9, say) attach with ``durable_beat.add_command(...)`` and
-inherit this error handling by using :class:`VerbCommand` and :func:`control`.
+Every verb is defined in this module, ``serve`` (the HTTP server of §9) included: it imports
+``web/`` only when it runs, so the other verbs work without the web extra and ``serve`` says
+which package is missing. A verb defined elsewhere would attach with
+``durable_beat.add_command(...)`` and inherit this error handling through :class:`VerbCommand`
+and :func:`control`.
 """
 
 from __future__ import annotations

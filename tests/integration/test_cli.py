@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.sync import sync_definitions
+from tests.support.procs import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -200,13 +200,14 @@ def test_show_across_spring_forward(sqlite_project: Project) -> None:
 
 # -- pause, resume ----------------------------------------------------------------------------
 def test_pause_stops_ticks_and_resume_does_not_replay(pg_project: Project) -> None:
+    store = pg_project.store
     pg_project.beat().upsert("pulse", FAST)
-    time.sleep(0.35)
-    assert pg_project.dispatch_at(pg_project.store.now_ms())  # it ticks
+    ticked = wait_until(lambda: pg_project.dispatch_at(store.now_ms()), 10, "pulse to tick")
     paused = pg_project.ok_json("pause", "pulse")
     assert (paused["state"], paused["next_tick"]) == ("paused", None)
-    time.sleep(0.5)  # the paused window: about five ticks
-    assert pg_project.dispatch_at(pg_project.store.now_ms() + 60_000) == []
+    # The paused window: five ticks fall due by the store's clock while nothing may fire them.
+    wait_until(lambda: store.now_ms() > ticked[-1] + 500, 10, "five ticks due while paused")
+    assert pg_project.dispatch_at(store.now_ms() + 60_000) == []
     resume_from = pg_project.store.now_ms()
     resumed = pg_project.ok_json("resume", "pulse")
     resume_until = pg_project.store.now_ms()

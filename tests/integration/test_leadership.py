@@ -23,6 +23,7 @@ from celery_durable_beat import faults
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import StoreUnavailable
 from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.leadership import Leadership
 from celery_durable_beat.lease.base import LEASE_SAFETY
 from celery_durable_beat.model import Outcome, Trigger
 from celery_durable_beat.publish.capturing import CapturingPublisher
@@ -92,6 +93,12 @@ def _round(beat: Scheduler) -> float:
     return beat.tick()
 
 
+def _election(beat: Scheduler) -> Leadership:
+    """The beat's election: who it believes leads, the epoch, the last lease answer."""
+    assert beat.loop is not None
+    return beat.loop.leadership
+
+
 def _messages(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:
     return [r.getMessage() for r in caplog.records if text in r.getMessage()]
 
@@ -127,9 +134,10 @@ def test_a_standby_tries_right_after_a_silent_leader_s_lease_expires(
     _, b = _leader_and_standby(make_beat, caplog, ttl=3.0)  # then beat-a goes silent
     assert _round(b) == pytest.approx(1.0)  # the poll interval while the lease has long to run
     delay = wait_until(lambda: (d := _round(b)) < 0.5 and d, 5, "the expiry to come near", 0.1)
-    assert b._status is not None and b._status.remaining_ms is not None
-    assert delay == pytest.approx(b._status.remaining_ms / 1000 + 0.02)
-    wait_until(lambda: (_round(b), b._was_leader)[1], 3, "beat-b to take over", 0.05)
+    status = _election(b).status
+    assert status is not None and status.remaining_ms is not None
+    assert delay == pytest.approx(status.remaining_ms / 1000 + 0.02)
+    wait_until(lambda: (_round(b), _election(b).was_leader)[1], 3, "beat-b to take over", 0.05)
 
 
 def test_losing_the_lease_is_logged_once_and_the_beat_keeps_standing_by(
@@ -138,13 +146,13 @@ def test_losing_the_lease_is_logged_once_and_the_beat_keeps_standing_by(
     a, b = _leader_and_standby(make_beat, caplog, ttl=0.5)
     _round(b)
     # beat-a stalls (no rounds): its lease expires by the store's clock and beat-b takes over.
-    wait_until(lambda: (_round(b), b._was_leader)[1], 5, "beat-b to take over", interval=0.05)
+    wait_until(lambda: (_round(b), _election(b).was_leader)[1], 5, "beat-b to take over", 0.05)
     caplog.clear()
     for _ in range(5):
         assert _round(a) > 0
     lost = _messages(caplog, "leadership lost")
     assert lost == ["leadership lost (epoch 1): beat-b holds the lease now (epoch 2); standing by"]
-    assert a._was_leader is False and not a._still_leader()
+    assert _election(a).was_leader is False and not _election(a).still_leader()
 
 
 def test_a_fenced_leader_writes_nothing_releases_and_comes_back_with_a_newer_epoch(
@@ -157,11 +165,12 @@ def test_a_fenced_leader_writes_nothing_releases_and_comes_back_with_a_newer_epo
     store = a.store
     assert store is not None
     wait_until(lambda: (_round(a), store.history("s", 5))[1], 5, "a first tick", interval=0.05)
-    first = a._epoch
+    first = _election(a).epoch
     store.register_epoch(first + 5)  # a newer leader registered its epoch (a stall, a partition)
     caplog.clear()
     seen = {e.id for e in store.history("s", 100)}
-    wait_until(lambda: (_round(a), a._was_leader is False)[1], 5, "the fence to bite", 0.05)
+    fenced = _election(a)
+    wait_until(lambda: (_round(a), fenced.was_leader is False)[1], 5, "the fence to bite", 0.05)
     assert len(_messages(caplog, "leadership lost")) == 1
     assert "fenced" in _messages(caplog, "leadership lost")[0]
     assert [e for e in store.history("s", 100) if e.id not in seen] == []  # nothing recorded
@@ -170,8 +179,8 @@ def test_a_fenced_leader_writes_nothing_releases_and_comes_back_with_a_newer_epo
     client = redis.Redis.from_url(redis_url)
     assert not client.exists("{durable_beat}:lease")  # released, so a fresh epoch can be taken
     client.close()
-    wait_until(lambda: (_round(a), a._was_leader)[1], 5, "leadership regained", 0.05)
-    assert a._epoch > first + 5
+    wait_until(lambda: (_round(a), _election(a).was_leader)[1], 5, "leadership regained", 0.05)
+    assert _election(a).epoch > first + 5
     wait_until(
         lambda: (_round(a), [e for e in store.history("s", 100) if e.id not in seen])[1],
         5,
@@ -179,7 +188,7 @@ def test_a_fenced_leader_writes_nothing_releases_and_comes_back_with_a_newer_epo
         0.05,
     )
     fresh = [e for e in store.history("s", 100) if e.id not in seen]
-    assert {e.epoch for e in fresh} == {a._epoch}
+    assert {e.epoch for e in fresh} == {_election(a).epoch}
     enqueued = [e.tick_ms for e in store.history("s", 100) if e.outcome is Outcome.ENQUEUED]
     assert len(enqueued) == len(set(enqueued))
 

@@ -270,10 +270,11 @@ def test_other_transports_always_publish_through_send_task(broker: str, tmp_path
     of kombu's Redis transport is even imported for it."""
     app = Celery("plain", broker=broker, set_as_current=False)
     folder = str(tmp_path)
-    app.conf.broker_transport_options = {
+    app.conf.broker_transport_options = {  # every folder under tmp: none in the working copy
         "data_folder_in": folder,
         "data_folder_out": folder,
         "processed_folder": folder,
+        "control_folder": folder,
     }
     with CeleryPublisher(app).session() as session:
         assert type(session) is CelerySession

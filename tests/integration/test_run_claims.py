@@ -8,7 +8,6 @@ claims kept apart from tracking."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -27,6 +26,7 @@ from celery_durable_beat.schedules.spec import IntervalSpec
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import AuditEvent, DueSchedule
 from celery_durable_beat.store.sql import SqlStore
+from tests.support.procs import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -122,8 +122,7 @@ def test_a_claim_is_refused_while_running_and_once_finished(claims: Claims) -> N
 
 def test_an_expired_claim_is_taken_over(claims: Claims) -> None:
     assert claims.claim(key(), "dead-worker", 0, 1) is None
-    time.sleep(0.01)
-    assert claims.state(key().task_id) is None
+    wait_until(lambda: claims.state(key().task_id) is None, 10, "the 1 ms claim to expire")
     assert claims.claim(key(), "w2", 0, MINUTE) is None
     assert claims.state(key().task_id) is RunState.STARTED
     assert not settle(claims, key(), RunState.SUCCEEDED, "dead-worker")  # not its claim now
@@ -175,7 +174,9 @@ def test_heartbeat_pushes_on_only_the_owners_started_claim(claims: Claims) -> No
     settle(claims, done, RunState.SUCCEEDED, "w1", keep_ms=2000)
     claims.heartbeat([(alive.task_id, "w1"), (done.task_id, "w1")], MINUTE)
     claims.heartbeat([(other.task_id, "someone-else")], MINUTE)
-    time.sleep(2.2)  # past every 2 s expiry: only what the heartbeat pushed on is left
+    # Past every 2 s expiry (``other`` was claimed last): only what the heartbeat pushed on is left.
+    gone = (done.task_id, other.task_id)
+    wait_until(lambda: all(claims.state(t) is None for t in gone), 10, "the 2 s expiries")
     assert claims.claim(alive, "w2", 0, MINUTE) is RunState.STARTED  # still alive
     assert claims.claim(done, "w2", 0, MINUTE) is None  # finished, kept 2 s
     assert claims.claim(other, "w2", 0, MINUTE) is None  # lost: nobody pushed it on
@@ -190,7 +191,7 @@ def test_mark_revoked_only_before_the_run_starts(claims: Claims) -> None:
     assert claims.mark_revoked(key(T0 + 1000), "beat", MINUTE)  # waiting for a retry
     assert claims.claim(key(T0 + 1000), "w1", 1, MINUTE) is RunState.REVOKED
     claims.claim(key(T0 + 2000), "gone", 0, 1)
-    time.sleep(0.01)
+    wait_until(lambda: claims.state(key(T0 + 2000).task_id) is None, 10, "the claim to expire")
     assert claims.mark_revoked(key(T0 + 2000), "beat", MINUTE)  # lost: as good as not started
 
 
@@ -269,11 +270,20 @@ def _prune_keeps_history_and_live_rows(runs: SqlRunStore | MemoryRuns) -> None:
     for tick in (T0, T0 + 1000, T0 + 2000):
         runs.write([RunWrite(key(tick), RunState.SUCCEEDED, "w", 1)])
     runs.write([RunWrite(key(T0 + 3000), RunState.SUCCEEDED, "w", MINUTE)])
-    time.sleep(0.01)
+    short = [key(tick).task_id for tick in (T0, T0 + 1000, T0 + 2000)]
+    wait_until(lambda: all(runs.state(t) is None for t in short), 10, "the 1 ms rows to expire")
     assert runs.prune_runs(1) == 1
     assert runs.prune_runs(100) == 1
     assert runs.get_run(key(T0).task_id) is not None  # history still shows it
     assert runs.get_run(key(T0 + 3000).task_id) is not None  # not expired
+
+
+def _queued_past(runs: SqlRunStore, tick_ms: int, ttl_ms: int) -> bool:
+    """Whether the store's clock is more than ``ttl_ms`` past the enqueueing of ``tick_ms``."""
+    prev = runs.previous_tick(NAME, tick_ms + 1)
+    return (
+        prev is not None and prev.tick_ms == tick_ms and prev.now_ms > prev.enqueued_at_ms + ttl_ms
+    )
 
 
 def _state(runs: SqlRunStore | MemoryRuns, k: RunKey) -> RunState | None:
@@ -375,7 +385,11 @@ def test_a_lost_previous_tick_does_not_block(sql_store: SqlStore, runs: SqlRunSt
     gate = gate_for(runs, queued_ttl=0.05)
     _enqueued(sql_store, T0, T0 + MINUTE)
     runs.claim(key(T0 + MINUTE), "dead-worker", 0, 1)  # started, then no heartbeat
-    time.sleep(0.1)
+    wait_until(
+        lambda: runs.state(key(T0 + MINUTE).task_id) is None and _queued_past(runs, T0, 50),
+        10,
+        "the claim to expire and T0 to be queued past queued_ttl",
+    )
     d = due(OverlapPolicy.SKIP, T0 + 2 * MINUTE)
     assert gate(d, tick_message(d, T0 + 2 * MINUTE)) is None
     d = due(OverlapPolicy.SKIP, T0 + MINUTE)

@@ -105,7 +105,7 @@ def register(app: Celery, journal: Journal) -> dict[str, Any]:
     @app.task(name="inproc.sleepy", bind=True, shared=False)
     def sleepy(self: Any, seconds: float) -> None:
         journal.add(self, "run")
-        time.sleep(seconds)
+        time.sleep(seconds)  # the task's own work (a long run), not a wait of the test
         journal.add(self, "end")
 
     class PlainBase(Task):  # type: ignore[misc]
@@ -287,7 +287,8 @@ def test_a_redelivery_while_the_first_run_is_alive_is_refused(make_rig: Any) -> 
     rig, worker, _ = _late_tick(make_rig, 2, 2, "Long", 8)
     wait_until(lambda: rig.rows("end"), 30, "the run to finish")
     worker.wait_action(Action.DUPLICATE_REFUSED.value, 20)  # a refused redelivery
-    time.sleep(1)
+    # Every delivery acked and none queued: no redelivery is left that could still run.
+    wait_until(rig.drained, 20, "every delivery of the tick acked")
     assert [r["event"] for r in rig.rows()] == ["start", "end"]
 
 

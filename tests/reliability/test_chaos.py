@@ -20,11 +20,11 @@ PostgreSQL):
 - ``lease_unreachable`` [redis]: the leader's Redis lease is dropped (connections reset, new ones
   refused) or hangs, the store stays fine, until a standby has taken over (on the store lease
   this is ``store_hang``);
-- ``leader_sigstop`` [redis, store]: the leader stops itself (SIGSTOP,
-  ``DURABLE_BEAT_FAULT=after_publish:N:stop``: every publish of the round confirmed, its audit
-  not written) and stays stopped while a standby takes over, and is continued: it is fenced out,
-  writes nothing, and stands by (then it is replaced by a fresh beat armed the same way, for the
-  next trial);
+- ``leader_sigstop`` [redis, store]: the leader stops itself (SIGSTOP, the fault plan
+  ``after_publish:N:stop`` its process arms with ``faults.arm``: every publish of the round
+  confirmed, its audit not written) and stays stopped while a standby takes over, and is
+  continued: it is fenced out, writes nothing, and stands by (then it is replaced by a fresh
+  beat armed the same way, for the next trial);
 - ``broker_hang`` [redis]: the leader's broker connections hang in the middle of publishing,
   either briefly (less than the TTL) or until a standby has taken over;
 - ``standby_race`` [redis, store]: three beats; the leader is killed (SIGKILL) or stopped

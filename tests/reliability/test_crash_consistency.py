@@ -3,12 +3,13 @@
 50 schedules ``@every 1s`` with ``missed: backfill``, a real prefork worker with
 ``install(app)``, a real beat on PostgreSQL, with each broker: Redis (lease in the store), and
 RabbitMQ (a queue of the test's own; lease and the guard's claims in Redis), where ``enqueued``
-rests on publisher confirms. The beat is killed with SIGKILL over and
-over: at random instants, and at the round's crash points through ``DURABLE_BEAT_FAULT``
-(``celery_durable_beat/faults.py``): after publish before the audit-and-advance write, after it,
-mid-batch. Each time a new beat starts. Afterwards, for every schedule, the executed ticks have
-no gap between the first and the last, and no tick executed twice; the broker duplicates the
-crashes caused are counted (the worker's receipts, and the guard's shared counter).
+rests on publisher confirms. The beat is killed with SIGKILL over and over: at random instants,
+and at the round's crash points through a fault plan its process arms
+(``celery_durable_beat/faults.py``, the rig's ``fault`` setting): after publish before the
+audit-and-advance write, after it, mid-batch. Each time a new beat starts. Afterwards, for every
+schedule, the executed ticks have no gap between the first and the last, and no tick executed
+twice; the broker duplicates the crashes caused are counted (the worker's receipts, and the
+guard's shared counter).
 
 A short trial runs by default; ``-m slow`` runs the full one, 500 kills on each broker (1,000 in
 all; ``DURABLE_BEAT_PROOF_KILLS`` per broker, ``DURABLE_BEAT_PROOF_SEED``), and prints the figures

@@ -13,7 +13,8 @@ beat_schedule), ``BEAT_TIMEZONE`` (``app.conf.timezone``, default UTC), ``BEAT_L
 ``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
 none), ``TASK_QUEUE`` (the default queue, for a test of its own on a shared RabbitMQ),
 ``TASK_ROUTES`` (JSON of ``task_routes``), ``WORKER_TTL`` (``durable_beat_worker_ttl``),
-``HISTORY_KEEP`` (``durable_beat_history_keep``); and the
+``HISTORY_KEEP`` (``durable_beat_history_keep``), ``BEAT_FAULT`` (a fault plan this process arms
+with ``faults.arm``: the package itself reads no variable for faults); and the
 evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE`` (one JSON line
 per message the worker's main process received), ``SIGNALS_FILE`` (one JSON line per
 ``task_prerun`` / ``task_postrun`` the user's app saw), ``ACTIONS_FILE`` (one JSON line per log
@@ -31,9 +32,12 @@ from typing import Any
 
 from celery import Celery, Task, signals
 
-from celery_durable_beat import install, periodic_origin
+from celery_durable_beat import faults, install, periodic_origin
 
 HEADERS = ("periodic_schedule", "periodic_tick_ms", "periodic_trigger")
+
+if os.environ.get("BEAT_FAULT"):  # the crash tests' plan; armed before any round can run
+    faults.arm(os.environ["BEAT_FAULT"])
 
 app = Celery("procapp", broker=os.environ["BEAT_BROKER"])
 app.conf.update(

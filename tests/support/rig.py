@@ -36,7 +36,7 @@ SETTINGS = {
     "poll": "BEAT_POLL",
     "run_ttl": "GUARD_RUN_TTL",
     "visibility_timeout": "VISIBILITY_TIMEOUT",
-    "fault": "DURABLE_BEAT_FAULT",
+    "fault": "BEAT_FAULT",
     "quarantine_after": "QUARANTINE_AFTER",
     "metrics_port": "METRICS_PORT",
     "result_backend": "RESULT_BACKEND",

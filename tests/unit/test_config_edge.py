@@ -114,6 +114,19 @@ def test_a_bad_setting_is_named_as_the_setting_not_as_a_schedule() -> None:
     assert str(problem) == "setting durable_beat_lease_ttl = -1: Input should be greater than 0"
 
 
+def test_a_lease_beat_cannot_use_is_named_as_the_setting() -> None:
+    """A store without a lease row and no lease URL: the refusal names the lease setting."""
+    from celery_durable_beat.backends import make_lease
+    from celery_durable_beat.store.memory import MemoryStore
+
+    with pytest.raises(ConfigError) as caught:
+        make_lease(Settings.from_conf({}, environ={}), MemoryStore())
+    (problem,) = caught.value.problems
+    assert problem.field == "durable_beat_lease_url"
+    assert str(problem).startswith("setting durable_beat_lease_url: the store MemoryStore has no")
+    assert 'schedule "' not in str(caught.value)
+
+
 def test_a_bad_app_timezone_is_one_problem_not_one_per_entry() -> None:
     entries = {name: {"task": "t", "schedule": "0 3 * * *"} for name in ("a", "b", "c")}
     entries["d"] = {"task": "t", "schedule": "0 3 * * *", "missed": "never"}

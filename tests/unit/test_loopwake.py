@@ -14,6 +14,8 @@ from kombu.asynchronous import Hub
 
 from celery_durable_beat.worker.loopwake import LoopWake, LoopWakeStep
 
+pytestmark = pytest.mark.unit  # in-process: a Kombu hub and a socketpair, no server
+
 
 @pytest.fixture
 def hub() -> Iterator[Hub]:
