@@ -41,6 +41,7 @@ from celery_durable_beat.exceptions import (
     StoreUnavailable,
 )
 from celery_durable_beat.leadership import Leadership
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.model import Action, Definition
 from celery_durable_beat.store.base import PRUNE_CHUNK, Store
 from celery_durable_beat.sync import sync_definitions
@@ -138,7 +139,7 @@ class BeatLoop:
             log.warning(
                 "store unavailable at start (%s); beat keeps trying",
                 exc,
-                extra={"action": Action.STORE_UNAVAILABLE.value},
+                extra=log_extra(Action.STORE_UNAVAILABLE),
             )
         else:
             self.schema_ready = True
@@ -161,18 +162,17 @@ class BeatLoop:
             self.leadership.fenced()
             return self.leadership.standby_delay()
         except SchemaOutdated as exc:
-            log.critical(
-                "beat refuses to run: %s", exc, extra={"action": Action.BEAT_REFUSED.value}
-            )
+            log.critical("beat refuses to run: %s", exc, extra=log_extra(Action.BEAT_REFUSED))
             raise
-        except (StoreError, LeaseError) as exc:
-            return self._backoff(exc)
+        except StoreError as exc:
+            return self._backoff(Action.STORE_UNAVAILABLE, str(exc))
+        except LeaseError as exc:
+            return self._backoff(Action.LEASE_UNAVAILABLE, str(exc))
         except self.broker_errors as exc:
             self.broker_down = True
-            return self._backoff(exc, f"broker unavailable: {type(exc).__name__}")
+            return self._backoff(Action.BROKER_UNAVAILABLE, f"broker unavailable: {cause(exc)}")
         except Exception as exc:
-            log.exception("round failed unexpectedly", extra={"action": Action.ROUND_FAILED.value})
-            return self._backoff(exc)
+            return self._backoff(Action.ROUND_FAILED, f"unexpectedly: {cause(exc)}", exc)
 
     def _observe_standing(self) -> None:
         leadership = self.leadership
@@ -190,9 +190,7 @@ class BeatLoop:
         try:
             call(*args)
         except Exception as exc:
-            log.warning(
-                "metrics not updated: %s", exc, extra={"action": Action.METRICS_FAILED.value}
-            )
+            log.warning("metrics not updated: %s", exc, extra=log_extra(Action.METRICS_FAILED))
 
     def _ensure_schema(self) -> None:
         if not self.schema_ready:
@@ -241,7 +239,9 @@ class BeatLoop:
         self._touched.update(e.schedule for e in stats.events)
         self.broker_down = stats.broker_unavailable
         if stats.broker_unavailable:
-            return self._backoff(None, "broker unavailable: the ticks stay due")
+            return self._backoff(
+                Action.BROKER_UNAVAILABLE, "broker unavailable: the ticks stay due"
+            )
         self.failures = 0
         if not self.leadership.still_leader():
             return 0.0  # stopped early for the lease: renew (or learn who leads) right away
@@ -258,18 +258,21 @@ class BeatLoop:
             return longest
         return max(0.0, min((due_ms - now_ms) / 1000, longest))
 
-    def _backoff(self, exc: Exception | None, what: str | None = None) -> float:
-        """Wait longer after each failed round; say why, once a round: the store's and the
-        lease's messages name their URL without its password."""
+    def _backoff(self, action: Action, why: str, unexpected: Exception | None = None) -> float:
+        """Wait longer after each failed round; say why, once a round, tagged by the cause:
+        ``store_unavailable``, ``lease_unavailable``, ``broker_unavailable`` as a warning (the
+        store's and the lease's messages name their URL without its password), or
+        ``round_failed`` — nobody foresaw it — as an error with its traceback."""
         self.failures += 1
         self.leadership.lose_if_lapsed()
         delay = self.backoff_delay()
-        known = isinstance(exc, (StoreError, LeaseError))
-        log.warning(
+        log.log(
+            logging.WARNING if unexpected is None else logging.ERROR,
             "round failed (%s); retrying in %.1fs",
-            what or (str(exc) if known else type(exc).__name__),
+            why,
             delay,
-            extra={"action": Action.STORE_UNAVAILABLE.value},
+            exc_info=unexpected,
+            extra=log_extra(action),
         )
         return delay
 

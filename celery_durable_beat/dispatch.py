@@ -31,6 +31,7 @@ from celery_durable_beat import faults
 from celery_durable_beat import round_records as records
 from celery_durable_beat.gates.base import OPEN_GATE, Gate, PreviousRuns
 from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.message import TickMessage, build_message
 from celery_durable_beat.model import (
     EXPIRES_NEXT_TICK,
@@ -159,7 +160,7 @@ class Dispatcher:
             log.info(
                 "%d schedule(s) changed during the round; left as they are now",
                 stats.conflicts,
-                extra={"action": Action.ADVANCE_CONFLICT.value},
+                extra=log_extra(Action.ADVANCE_CONFLICT),
             )
         return stats
 
@@ -266,7 +267,7 @@ class Dispatcher:
             "schedule %s paused: its last %d runs failed",
             due.name,
             due.definition.pause_on_failure,
-            extra={"action": Action.PAUSED_ON_FAILURE.value, "schedule": due.name},
+            extra=log_extra(Action.PAUSED_ON_FAILURE, schedule=due.name),
         )
         ticks = [message.tick_ms for message in item.ticks] or [records.position(due)]
         events = [
@@ -283,7 +284,7 @@ class Dispatcher:
             "schedule %s quarantined: no worker knows its task (%d ticks in a row)",
             due.name,
             item.streak,
-            extra={"action": Action.QUARANTINED.value, "schedule": due.name},
+            extra=log_extra(Action.QUARANTINED, schedule=due.name),
         )
         events = list(records.stopped(due, Reason.QUARANTINED, now_ms))
         return _Result(item, events, records.quarantine(due, item.streak), Reason.UNKNOWN_TASK)
@@ -308,12 +309,12 @@ class Dispatcher:
             "publish of %s failed: %s",
             message.task_id,
             reason.value,
-            extra={
-                "action": Action.PUBLISH_FAILED.value,
-                "schedule": due.name,
-                "task_id": message.task_id,
-                "reason": reason.value,
-            },
+            extra=log_extra(
+                Action.PUBLISH_FAILED,
+                schedule=due.name,
+                task_id=message.task_id,
+                reason=reason.value,
+            ),
         )
         return Outcome.FAILED, reason
 
@@ -348,7 +349,7 @@ class Dispatcher:
                 due.name,
                 failures,
                 reason.value if reason else "",
-                extra={"action": Action.QUARANTINED.value, "schedule": due.name},
+                extra=log_extra(Action.QUARANTINED, schedule=due.name),
             )
         return Advance(
             schedule_id=due.id,
@@ -385,8 +386,8 @@ def _plan_all(
             log.error(
                 "schedule %s quarantined: it cannot be planned (%s)",
                 due.name,
-                type(exc).__name__,
-                extra={"action": Action.QUARANTINED.value, "schedule": due.name},
+                cause(exc),
+                extra=log_extra(Action.QUARANTINED, schedule=due.name),
             )
             broken.append(due)
     return work, broken

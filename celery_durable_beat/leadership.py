@@ -25,6 +25,7 @@ from typing import Protocol
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.exceptions import LeaseError, StoreError
 from celery_durable_beat.lease.base import LEASE_SAFETY, Lease, LeaseStatus
+from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action
 
 # One logger for the whole beat process (scheduler, leadership, loop), as before the split.
@@ -130,7 +131,7 @@ class Leadership:
             "leadership gained (epoch %d) by %s",
             status.epoch,
             status.holder,
-            extra={"action": Action.LEADERSHIP_GAINED.value, "epoch": status.epoch},
+            extra=log_extra(Action.LEADERSHIP_GAINED, epoch=status.epoch),
         )
 
     def _note_standby(self, status: LeaseStatus) -> None:
@@ -142,7 +143,7 @@ class Leadership:
                 "standing by: %s leads (epoch %d)",
                 who,
                 status.epoch,
-                extra={"action": Action.STANDBY.value, "leader": status.holder},
+                extra=log_extra(Action.STANDBY, leader=status.holder),
             )
         if status.holder:
             self._seen_holder = status.holder
@@ -156,7 +157,7 @@ class Leadership:
                 "leadership lost (epoch %d): %s; standing by",
                 self.epoch,
                 why,
-                extra={"action": Action.LEADERSHIP_LOST.value, "epoch": self.epoch},
+                extra=log_extra(Action.LEADERSHIP_LOST, epoch=self.epoch),
             )
         self.was_leader = False
         self._valid_until = 0.0
@@ -179,7 +180,7 @@ class Leadership:
             log.debug(
                 "release after fencing failed: %s",
                 exc,
-                extra={"action": Action.LEASE_RELEASE_FAILED.value},
+                extra=log_extra(Action.LEASE_RELEASE_FAILED),
             )
 
     def max_sleep(self) -> float:
@@ -203,13 +204,13 @@ class Leadership:
             log.warning(
                 "lease release failed (%s); it expires by itself",
                 exc,
-                extra={"action": Action.LEASE_RELEASE_FAILED.value},
+                extra=log_extra(Action.LEASE_RELEASE_FAILED),
             )
         else:
             if self.was_leader:
                 log.info(
                     "leadership released (epoch %d): shutting down",
                     self.epoch,
-                    extra={"action": Action.LEADERSHIP_LOST.value, "epoch": self.epoch},
+                    extra=log_extra(Action.LEADERSHIP_LOST, epoch=self.epoch),
                 )
         self.lease.close()

@@ -33,6 +33,7 @@ from prometheus_client.registry import Collector
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.dispatch import RoundStats
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
+from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action, Outcome, ScheduleState
 
 log = logging.getLogger("celery_durable_beat.metrics")
@@ -165,7 +166,7 @@ class BeatMetrics:
             "serving Prometheus metrics on http://%s:%d/metrics",
             self.addr,
             self._server.server_port,
-            extra={"action": Action.METRICS_SERVING.value, "port": self._server.server_port},
+            extra=log_extra(Action.METRICS_SERVING, port=self._server.server_port),
         )
 
     @property

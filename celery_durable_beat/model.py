@@ -147,8 +147,6 @@ class Action(str, Enum):
     unit test keeps that list complete).
     """
 
-    ROUND = "round"
-    """A leader round as a whole (reserved for its summary line; no line uses it yet)."""
     PUBLISH_FAILED = "publish_failed"
     """A tick's publish failed; the record names the schedule, the task id and the reason."""
     PUBLISH_RAISED = "publish_raised"
@@ -169,7 +167,11 @@ class Action(str, Enum):
     STANDBY = "standby"
     """This beat stands by; logged at start and whenever the leader changes."""
     STORE_UNAVAILABLE = "store_unavailable"
-    """A round or the start failed on the store, the lease backend or the broker; it retries."""
+    """A round or the start failed on the store; it retries."""
+    LEASE_UNAVAILABLE = "lease_unavailable"
+    """A round failed on the lease backend (not: another beat holds the lease); it retries."""
+    BROKER_UNAVAILABLE = "broker_unavailable"
+    """A round stopped on the broker: a publish or a confirm failed for want of it; it retries."""
     ADVANCE_CONFLICT = "advance_conflict"
     """A schedule changed during the round, so its advance was not applied."""
     DUPLICATE_REFUSED = "duplicate_refused"

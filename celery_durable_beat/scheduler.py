@@ -27,6 +27,7 @@ from celery_durable_beat.clock import Clock, SystemClock
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import ConfigError, SchemaOutdated
 from celery_durable_beat.lease.base import Lease
+from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import Store
@@ -50,7 +51,7 @@ def _refuse(exc: ConfigError | SchemaOutdated, logged: bool = False) -> NoReturn
     if not logged:
         problems = exc.problems if isinstance(exc, ConfigError) else ()
         text = str(problems[0]) if len(problems) == 1 else str(exc)
-        log.critical("beat refuses to start: %s", text, extra={"action": Action.BEAT_REFUSED.value})
+        log.critical("beat refuses to start: %s", text, extra=log_extra(Action.BEAT_REFUSED))
     raise SystemExit(EXIT_INVALID_CONFIG) from exc
 
 
@@ -91,7 +92,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             redact_url(loop.store.url),
             redact_url(lease_url) if lease_url else "in the store",
             getattr(self.lease, "holder", "sole"),
-            extra={"action": Action.BEAT_STARTED.value},
+            extra=log_extra(Action.BEAT_STARTED),
         )
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
@@ -148,7 +149,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         except ValueError:  # not the main thread (embedded beat): Celery's handlers stay
             log.debug(
                 "signal handlers left to Celery (not the main thread)",
-                extra={"action": Action.BEAT_STARTED.value},
+                extra=log_extra(Action.BEAT_STARTED),
             )
 
     def _round(self) -> float:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from celery_durable_beat.ids import name_key
+from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action, Definition, ScheduleState, Source
 from celery_durable_beat.policy import first_tick_ms
 from celery_durable_beat.schedules.spec import ScheduleSpec
@@ -118,12 +119,12 @@ def _log(report: SyncReport) -> None:
         len(report.unchanged),
         len(report.archived),
         len(report.ignored),
-        extra={"action": Action.SYNC.value},
+        extra=log_extra(Action.SYNC),
     )
     for name in report.ignored:
         log.warning(
             'config entry "%s" ignored: a schedule of that name was created through '
             "the API; archive or delete it there to manage it from config",
             name,
-            extra={"action": Action.SYNC.value, "schedule": name},
+            extra=log_extra(Action.SYNC, schedule=name),
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.model import Action
 from celery_durable_beat.runs.base import RunState, RunTracking
 from celery_durable_beat.store.base import DueSchedule
@@ -39,8 +40,8 @@ class FailedRunsWatch:
             except self.tracking.errors as exc:  # the next round reads again
                 log.warning(
                     "run states not read (%s); failing streaks are counted next round",
-                    type(exc).__name__,
-                    extra={"action": Action.RUN_TRACKING_UNAVAILABLE.value},
+                    cause(exc),
+                    extra=log_extra(Action.RUN_TRACKING_UNAVAILABLE),
                 )
                 return failing
             if len(states) == wanted and all(s is RunState.FAILED for s in states):

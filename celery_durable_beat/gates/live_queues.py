@@ -21,6 +21,7 @@ from typing import Any
 
 from celery_durable_beat.celery_message import send_kwargs
 from celery_durable_beat.exceptions import StoreError
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Action
 from celery_durable_beat.runs.base import RunTracking
@@ -86,8 +87,8 @@ class QueueWatch:
                 self._warned = True
                 log.warning(
                     "live workers not read (%s); require_worker ticks are published meanwhile",
-                    type(exc).__name__,
-                    extra={"action": Action.RUN_TRACKING_UNAVAILABLE.value},
+                    cause(exc),
+                    extra=log_extra(Action.RUN_TRACKING_UNAVAILABLE),
                 )
             return _anyone
         self._warned = False

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery_durable_beat.exceptions import StoreError
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Action, OverlapPolicy, Reason, Trigger
 from celery_durable_beat.runs.base import FINAL_RUN_STATES, PreviousTick, RunKey, Runs
@@ -87,11 +88,7 @@ class OverlapGate:
                 "%s not enqueued: %s has not finished",
                 message.task_id,
                 previous[0],
-                extra={
-                    "action": Action.OVERLAP_SKIPPED.value,
-                    "schedule": due.name,
-                    "task_id": message.task_id,
-                },
+                extra=log_extra(Action.OVERLAP_SKIPPED, schedule=due.name, task_id=message.task_id),
             )
             return Reason.OVERLAP
         if previous is not None:
@@ -119,12 +116,12 @@ class OverlapGate:
                 "%s replaces %s, which had not finished",
                 item.by,
                 item.task_id,
-                extra={
-                    "action": Action.OVERLAP_REPLACED.value,
-                    "schedule": item.schedule,
-                    "task_id": item.by,
-                    "replaced": item.task_id,
-                },
+                extra=log_extra(
+                    Action.OVERLAP_REPLACED,
+                    schedule=item.schedule,
+                    task_id=item.by,
+                    replaced=item.task_id,
+                ),
             )
             try:
                 self._revoke(item.schedule, item.task_id, item.tick_ms)
@@ -161,6 +158,6 @@ def _revoke_failed(text: str, task_id: str, exc: BaseException) -> None:
     log.warning(
         text,
         task_id,
-        type(exc).__name__,
-        extra={"action": Action.REVOKE_FAILED.value, "task_id": task_id},
+        cause(exc),
+        extra=log_extra(Action.REVOKE_FAILED, task_id=task_id),
     )

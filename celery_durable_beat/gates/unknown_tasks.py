@@ -18,6 +18,7 @@ import logging
 from collections.abc import Sequence
 
 from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.model import Action
 from celery_durable_beat.runs.base import RunState, RunTracking
 from celery_durable_beat.store.base import DueSchedule
@@ -44,8 +45,8 @@ class UnknownTaskWatch:
         except self.tracking.errors as exc:  # the round goes on; the next one reads again
             log.warning(
                 "run states not read (%s); unknown tasks are counted next round",
-                type(exc).__name__,
-                extra={"action": Action.RUN_TRACKING_UNAVAILABLE.value},
+                cause(exc),
+                extra=log_extra(Action.RUN_TRACKING_UNAVAILABLE),
             )
             return set()
         return {

@@ -28,6 +28,7 @@ import logging
 import time
 from typing import Any
 
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.model import Action, Reason
 
 log = logging.getLogger("celery_durable_beat.publish")
@@ -89,7 +90,7 @@ class AmqpConfirms:
         try:
             self._drain()
         except self._errors() as exc:
-            return self._uncertain(f"the broker's confirms did not come ({type(exc).__name__})")
+            return self._uncertain(f"the broker's confirms did not come ({cause(exc)})")
         if self._outstanding:
             return self._uncertain(f"{len(self._outstanding)} publish(es) not confirmed in time")
         if self._nacked or self._returned:
@@ -109,7 +110,7 @@ class AmqpConfirms:
         except self._errors():
             log.debug(
                 "the confirm channel was already closed",
-                extra={"action": Action.CONFIRM_FAILED.value},
+                extra=log_extra(Action.CONFIRM_FAILED),
             )
 
     def _drain(self) -> None:
@@ -139,7 +140,7 @@ class AmqpConfirms:
         log.warning(
             "publisher confirm failed: %s; the batch is recorded failed and sent again",
             what,
-            extra={"action": Action.CONFIRM_FAILED.value, "reason": reason.value},
+            extra=log_extra(Action.CONFIRM_FAILED, reason=reason.value),
         )
         self._outstanding.clear()
         self._nacked = self._returned = 0

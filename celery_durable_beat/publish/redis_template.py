@@ -56,6 +56,7 @@ from celery.utils.time import add_seconds_to_datetime, maybe_make_aware, subtrac
 from kombu.serialization import dumps, loads, registry
 
 from celery_durable_beat.celery_message import shown_reprs
+from celery_durable_beat.logs import log_extra
 from celery_durable_beat.message import TickMessage, tick_headers
 from celery_durable_beat.model import Action, Reason
 from celery_durable_beat.publish.send_task import CelerySession
@@ -313,5 +314,5 @@ def _refuse(message: TickMessage, why: str) -> None:
         "ticks like %s's go through send_task: %s",
         message.schedule,
         why,
-        extra={"action": Action.TEMPLATE_REFUSED.value, "schedule": message.schedule},
+        extra=log_extra(Action.TEMPLATE_REFUSED, schedule=message.schedule),
     )

@@ -23,6 +23,7 @@ from celery.exceptions import QueueNotFound
 from kombu.exceptions import BatchPublishError, ContentDisallowed, EncodeError, OperationalError
 
 from celery_durable_beat.celery_message import ReprLimits, send_kwargs
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Action, Reason
 from celery_durable_beat.publish.base import Confirms
@@ -85,11 +86,8 @@ class CelerySession:
         except self._connection_errors as exc:
             log.debug(
                 "batch delivery raised %s",
-                type(exc).__name__,
-                extra={
-                    "action": Action.CONFIRM_FAILED.value,
-                    "reason": Reason.BROKER_UNAVAILABLE.value,
-                },
+                cause(exc),
+                extra=log_extra(Action.CONFIRM_FAILED, reason=Reason.BROKER_UNAVAILABLE.value),
             )
             self.failed = True
             return Reason.BROKER_UNAVAILABLE
@@ -129,15 +127,20 @@ class CelerySession:
 
 
 def _failed(message: TickMessage, reason: Reason, exc: BaseException) -> Reason:
-    log.debug(
+    """Log what the publish raised: a known cause at DEBUG (the round's ``publish_failed``
+    warning names its reason), an unclassified one at WARNING, since only its message says why."""
+    level = logging.WARNING if reason is Reason.PUBLISH_ERROR else logging.DEBUG
+    log.log(
+        level,
         "publish %s raised %s",
         message.task_id,
-        type(exc).__name__,
-        extra={
-            "action": Action.PUBLISH_RAISED.value,
-            "schedule": message.schedule,
-            "task_id": message.task_id,
-            "reason": reason.value,
-        },
+        # A serializer's message may quote the value it refused (a tick's arguments): class only.
+        type(exc).__name__ if reason is Reason.SERIALIZATION_ERROR else cause(exc),
+        extra=log_extra(
+            Action.PUBLISH_RAISED,
+            schedule=message.schedule,
+            task_id=message.task_id,
+            reason=reason.value,
+        ),
     )
     return reason

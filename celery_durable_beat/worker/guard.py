@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 from celery_durable_beat.clock import Clock, SystemClock
 from celery_durable_beat.exceptions import StoreError
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.model import Action
 from celery_durable_beat.runs.base import (
     Claims,
@@ -250,7 +251,7 @@ class GuardRuntime:
             log.debug(
                 "shared counter %s not incremented",
                 name,
-                extra={"action": Action.DEDUP_UNAVAILABLE.value},
+                extra=log_extra(Action.DEDUP_UNAVAILABLE),
             )
 
     # -- a delivery ends ------------------------------------------------------------------------
@@ -367,9 +368,7 @@ class GuardRuntime:
         try:
             yield
         except self._errors as exc:
-            log.debug(
-                "heartbeat step failed: %s", type(exc).__name__, extra={"action": action.value}
-            )
+            log.debug("heartbeat step failed: %s", cause(exc), extra=log_extra(action))
 
     def flush(self) -> None:
         """Commit the pending run states now (a process about to exit)."""

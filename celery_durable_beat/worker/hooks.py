@@ -52,6 +52,7 @@ from celery import bootsteps, signals
 from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
 
 from celery_durable_beat.ids import is_tick_id
+from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action, Trigger
 from celery_durable_beat.runs.base import RunKey, RunState, WriteIf
 from celery_durable_beat.runs.factory import make_runs, make_tracking
@@ -260,12 +261,12 @@ def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
             "duplicate delivery of %s not executed: the tick is already %s",
             task_id,
             refused.state.value,
-            extra={
-                "action": Action.DUPLICATE_REFUSED.value,
-                "task_id": task_id,
-                "schedule": origin.schedule,
-                "run_state": refused.state.value,
-            },
+            extra=log_extra(
+                Action.DUPLICATE_REFUSED,
+                task_id=task_id,
+                schedule=origin.schedule,
+                run_state=refused.state.value,
+            ),
         )
         return False
     _ENTERED[task_id] = held
@@ -387,11 +388,7 @@ def _on_unknown(
         "tick %s names task %r, which this worker does not have",
         task_id,
         name,
-        extra={
-            "action": Action.UNKNOWN_TASK.value,
-            "task_id": task_id,
-            "schedule": origin.schedule,
-        },
+        extra=log_extra(Action.UNKNOWN_TASK, task_id=task_id, schedule=origin.schedule),
     )
     installed.runtime().unknown_task(key)
 
@@ -408,7 +405,7 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
             "durable beat guard put first on %d task(s): %s",
             len(moved),
             ", ".join(moved),
-            extra={"action": Action.GUARD_INSTALLED.value},
+            extra=log_extra(Action.GUARD_INSTALLED),
         )
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.exceptions import StoreError
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.model import Action
 from celery_durable_beat.runs.base import RunTracking
 
@@ -101,8 +102,8 @@ class Announcer:
                 log.debug(
                     "worker %s not forgotten (%s); its row expires by itself",
                     self.hostname,
-                    type(exc).__name__,
-                    extra={"action": Action.RUN_TRACKING_UNAVAILABLE.value},
+                    cause(exc),
+                    extra=log_extra(Action.RUN_TRACKING_UNAVAILABLE),
                 )
 
 

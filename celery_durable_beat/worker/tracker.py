@@ -24,6 +24,7 @@ from collections import Counter, OrderedDict
 
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.exceptions import StoreError
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.model import Action
 from celery_durable_beat.runs.base import RunTracking, RunWrite
 
@@ -58,17 +59,15 @@ class Circuit:
             log.warning(
                 "%s does not answer (%s); tasks keep running, %s until it answers again",
                 self.what,
-                type(exc).__name__,
+                cause(exc),
                 self.meanwhile,
-                extra={"action": self.action.value},
+                extra=log_extra(self.action),
             )
 
     def ok(self) -> None:
         if self.down:
             self.down = False
-            log.info(
-                "%s answers again", self.what, extra={"action": Action.RUN_TRACKING_RESTORED.value}
-            )
+            log.info("%s answers again", self.what, extra=log_extra(Action.RUN_TRACKING_RESTORED))
 
 
 class Tracker:

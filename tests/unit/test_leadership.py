@@ -445,10 +445,10 @@ def test_a_lease_outage_backs_off_and_a_lapsed_leader_says_it_lost(
     lease.answers = [LeaseError("the Redis lease at redis://x failed")]
     clock.mono += TTL * RENEW_AFTER  # the renewal is due, and fails
     assert loop.round() == 0.5
-    assert actions() == [Action.STORE_UNAVAILABLE.value]
+    assert actions() == [Action.LEASE_UNAVAILABLE.value]
     clock.mono += TTL
     assert loop.round() == 1.0
-    assert actions() == [Action.LEADERSHIP_LOST.value, Action.STORE_UNAVAILABLE.value]
+    assert actions() == [Action.LEADERSHIP_LOST.value, Action.LEASE_UNAVAILABLE.value]
 
 
 def test_a_broker_outage_keeps_the_backoff_through_idle_rounds(
@@ -478,13 +478,35 @@ def test_a_fenced_round_loses_leadership_and_releases(
 
 
 def test_an_unexpected_failure_is_logged_with_its_own_action_and_backed_off(
+    loop: BeatLoop,
+    lease: ScriptedLease,
+    store: FakeStore,
+    dispatcher: FakeDispatcher,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lease.answers = [leads()]
+    store.due_ms, dispatcher.error = store.now_ms_value, KeyError("bug in a gate")
+    caplog.set_level(logging.DEBUG, logger="celery_durable_beat")
+    caplog.clear()
+    assert loop.round() == 0.5
+    (record,) = [r for r in caplog.records if r.__dict__.get("action") == "round_failed"]
+    assert record.levelno == logging.ERROR and record.exc_info is not None
+    assert "KeyError: 'bug in a gate'" in record.getMessage()
+    assert not [r for r in caplog.records if r.__dict__.get("action") == "store_unavailable"]
+
+
+def test_a_broker_failure_is_tagged_broker_unavailable(
     loop: BeatLoop, lease: ScriptedLease, store: FakeStore, dispatcher: FakeDispatcher, actions: Any
 ) -> None:
     lease.answers = [leads()]
-    store.due_ms, dispatcher.error = store.now_ms_value, KeyError("bug")
+    loop.round()
     actions()
+    store.due_ms, dispatcher.error = store.now_ms_value, ConnectionError("broker refused")
     assert loop.round() == 0.5
-    assert actions()[-2:] == [Action.ROUND_FAILED.value, Action.STORE_UNAVAILABLE.value]
+    assert actions() == [Action.BROKER_UNAVAILABLE.value]
+    dispatcher.error, dispatcher.broker_down = None, True  # a publish failed on the broker
+    loop.round()
+    assert actions() == [Action.BROKER_UNAVAILABLE.value]
 
 
 def test_an_outdated_schema_stops_beat(loop: BeatLoop, store: FakeStore, actions: Any) -> None:

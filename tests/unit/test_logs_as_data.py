@@ -5,7 +5,8 @@ may be reworded at any time. The check reads the package's source with :mod:`ast
 running it, so a new log call without an action fails here, naming its file and line, even on a
 path no other test reaches (an outage branch, a debug detail). Nothing is excluded: a module
 that logs must say what each line is about, in the one vocabulary of
-:class:`celery_durable_beat.model.Action`.
+:class:`celery_durable_beat.model.Action`, spelt through the one helper
+(:func:`celery_durable_beat.logs.log_extra`).
 """
 
 from __future__ import annotations
@@ -48,36 +49,35 @@ def _is_log_call(call: ast.Call) -> bool:
 
 
 def _action_problem(value: ast.expr) -> str | None:
-    """Why ``value`` is not ``Action.<MEMBER>.value`` for a real member, or None if it is.
+    """Why ``value`` is not ``Action.<MEMBER>`` for a real member, or None if it is.
 
-    One indirection is allowed, by name: ``action.value`` / ``self.action.value``, where a helper
-    that logs for several callers (a circuit, a quiet heartbeat step) is handed its ``Action``.
+    One indirection is allowed, by name: ``action`` / ``self.action``, where a helper that logs
+    for several callers (a circuit, a quiet heartbeat step) is handed its ``Action``.
     """
-    member = value.value if isinstance(value, ast.Attribute) and value.attr == "value" else None
-    if member is not None and _last_name(member) == "action":
+    if _last_name(value) == "action":
         return None
     if not (
-        isinstance(member, ast.Attribute)
-        and isinstance(member.value, ast.Name)
-        and member.value.id == "Action"
+        isinstance(value, ast.Attribute)
+        and isinstance(value.value, ast.Name)
+        and value.value.id == "Action"
     ):
-        return "the action is not written as Action.<MEMBER>.value"
-    if member.attr not in Action.__members__:
-        return f"Action has no member {member.attr}"
+        return "the action is not written as Action.<MEMBER>"
+    if value.attr not in Action.__members__:
+        return f"Action has no member {value.attr}"
     return None
 
 
 def _problem(call: ast.Call) -> str | None:
-    """What is wrong with one log call's ``extra``, or None when it carries a valid action."""
+    """What is wrong with one log call's ``extra``, or None when it is ``log_extra(<action>, ...)``
+    (``celery_durable_beat.logs``): the one spelling, so no line hand-writes its fields."""
     extra = next((kw.value for kw in call.keywords if kw.arg == "extra"), None)
     if extra is None:
         return "no extra= with an action"
-    if not isinstance(extra, ast.Dict):
-        return "extra= is not a dict literal, so its action cannot be checked"
-    for key, value in zip(extra.keys, extra.values, strict=True):
-        if isinstance(key, ast.Constant) and key.value == "action":
-            return _action_problem(value)
-    return 'extra= has no "action" key'
+    if not (isinstance(extra, ast.Call) and _last_name(extra.func) == "log_extra"):
+        return "extra= is not log_extra(Action.<MEMBER>, ...)"
+    if not extra.args:
+        return "log_extra() without its action"
+    return _action_problem(extra.args[0])
 
 
 def _violations(source: str, where: str) -> list[str]:
@@ -155,18 +155,19 @@ def _string_follows(body: list[ast.stmt], index: int) -> bool:
 @pytest.mark.parametrize(
     ("source", "problem"),
     [
-        ('log.info("x", extra={"action": Action.ROUND.value})', None),
-        ('self.log.error("x", extra={"action": Action.QUARANTINED.value, "n": 1})', None),
-        ('log.log(10, "x", extra={**base, "action": Action.SYNC.value})', None),
+        ('log.info("x", extra=log_extra(Action.SYNC))', None),
+        ('self.log.error("x", extra=log_extra(Action.QUARANTINED, n=1))', None),
+        ('log.warning("x", extra=log_extra(self.action, n=1))', None),
         ('print("x")', None),
         ('logging.getLogger("y")', None),
         ('log.debug("x")', "no extra= with an action"),
         ('logger.exception("x", exc_info=True)', "no extra= with an action"),
-        ('log.warning("x", extra=fields)', "extra= is not a dict literal"),
-        ('log.info("x", extra={"schedule": n})', 'extra= has no "action" key'),
-        ('log.info("x", extra={"action": "round"})', "not written as Action.<MEMBER>.value"),
-        ('log.info("x", extra={"action": Action.ROUND})', "not written as Action.<MEMBER>.value"),
-        ('log.info("x", extra={"action": Action.NOPE.value})', "Action has no member NOPE"),
+        ('log.warning("x", extra=fields)', "extra= is not log_extra"),
+        ('log.info("x", extra={"action": Action.SYNC.value})', "extra= is not log_extra"),
+        ('log.info("x", extra=log_extra())', "log_extra() without its action"),
+        ('log.info("x", extra=log_extra("round"))', "not written as Action.<MEMBER>"),
+        ('log.info("x", extra=log_extra(Action.SYNC.value))', "not written as Action.<MEMBER>"),
+        ('log.info("x", extra=log_extra(Action.NOPE))', "Action has no member NOPE"),
     ],
 )
 def test_the_check_tells_good_calls_from_bad(source: str, problem: str | None) -> None:
