@@ -282,7 +282,7 @@ def _state(runs: SqlRunStore | MemoryRuns, k: RunKey) -> RunState | None:
 
 
 def _enqueued(store: SqlStore, *ticks: int, name: str = NAME) -> None:
-    store.record(
+    store.settle(
         [
             AuditEvent(
                 schedule=name,
@@ -293,6 +293,7 @@ def _enqueued(store: SqlStore, *ticks: int, name: str = NAME) -> None:
             )
             for t in ticks
         ],
+        (),
         1,
     )
 
