@@ -42,7 +42,7 @@ from celery_durable_beat.exceptions import (
 )
 from celery_durable_beat.leadership import Leadership
 from celery_durable_beat.model import Action, Definition
-from celery_durable_beat.store.base import PRUNE_CHUNK, Store
+from celery_durable_beat.store.base import PRUNE_CHUNK, BeatStore
 from celery_durable_beat.sync import sync_definitions
 
 # One logger for the whole beat process (scheduler, leadership, loop), as before the split.
@@ -102,7 +102,7 @@ class BeatLoop:
 
     def __init__(
         self,
-        store: Store,
+        store: BeatStore,
         dispatcher: Dispatcher,
         leadership: Leadership,
         *,

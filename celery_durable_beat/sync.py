@@ -23,7 +23,8 @@ from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Action, Definition, ScheduleState, Source
 from celery_durable_beat.policy import first_tick
 from celery_durable_beat.schedules.spec import ScheduleSpec
-from celery_durable_beat.store.base import ConfigChange, Store, StoredDigest, iter_chunks
+from celery_durable_beat.store.base import ConfigChange, StoredDigest, SyncStore
+from celery_durable_beat.store.rules import iter_chunks
 
 log = logging.getLogger("celery_durable_beat.sync")
 
@@ -86,7 +87,7 @@ def differences(
 
 
 def sync_definitions(
-    store: Store,
+    store: SyncStore,
     definitions: Sequence[Definition],
     now_ms: int,
     *,

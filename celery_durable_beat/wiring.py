@@ -14,7 +14,7 @@ from celery_durable_beat.lease.base import HolderInfo, Lease
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Reason
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import DueSchedule, LeaderInfo, Store
+from celery_durable_beat.store.base import DueSchedule, LeaderInfo, SchemaStore, Store
 from celery_durable_beat.urls import redact_url
 
 if TYPE_CHECKING:
@@ -155,7 +155,7 @@ def make_worker_check(app: Any, settings: Settings, gate: Gate | None) -> Worker
     return QueueWatch(app, gate.runs, settings.worker_ttl)
 
 
-def make_worker_registry(store: Store) -> SqlRunStore | None:
+def make_worker_registry(store: SchemaStore) -> SqlRunStore | None:
     """Where ``status`` reads the live workers: the run tracking on a SQL store's URL (built
     without connecting); None for a store with no such table (the in-memory one)."""
     from celery_durable_beat.runs.factory import make_tracking
