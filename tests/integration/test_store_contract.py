@@ -316,6 +316,46 @@ def test_stale_epoch_is_rejected_and_writes_nothing(store: Store) -> None:
     assert event.epoch == 7
 
 
+# -- rule 10: manual runs are written outside the fence, by design ---------------------------------
+def manual(name: str, key: str, outcome: Outcome = Outcome.ENQUEUED) -> AuditEvent:
+    return AuditEvent(name, 5_000, f"{name}@manual-{key}", Trigger.MANUAL, outcome, lag_ms=0)
+
+
+def test_a_manual_run_is_recorded_with_no_leader_ever_registered(store: Store) -> None:
+    add(store, "job", 1_000)
+    assert store.leader_info().epoch == 0
+    store.record_manual(manual("job", "a"))
+    found = store.find_enqueued("job@manual-a")
+    assert found is not None
+    assert (found.trigger, found.outcome, found.epoch) == (Trigger.MANUAL, Outcome.ENQUEUED, 0)
+    record = store.get("job")
+    assert record is not None and record.next_tick_ms == 1_000  # it moves no schedule
+
+
+def test_a_manual_run_is_recorded_under_any_newer_epoch_and_an_old_round_is_still_refused(
+    store: Store,
+) -> None:
+    schedule_id = add(store, "job", 1_000)
+    store.register_epoch(3)
+    store.settle([enqueued("job", 1_000)], [moved(schedule_id, 1_000, 61_000)], epoch=3)
+    store.register_epoch(9)  # a new leader took over; the operator's run needs no epoch
+    store.record_manual(manual("job", "b"))
+    store.record_manual(manual("job", "b"))  # a repeat of its task id is dropped (rule 3)
+    found = store.find_enqueued("job@manual-b")
+    assert found is not None and found.epoch == 9  # the newest at the time, for reading only
+    assert [e.trigger for e in store.history("job", 10)] == [Trigger.MANUAL, Trigger.AUTO]
+    with pytest.raises(StaleEpoch):  # the fence still holds for the round
+        store.settle([enqueued("job", 61_000)], [moved(schedule_id, 61_000, 121_000)], epoch=3)
+    assert len(store.history("job", 10)) == 2
+
+
+def test_record_manual_refuses_an_automatic_record(store: Store) -> None:
+    add(store, "job", 1_000)
+    with pytest.raises(InvalidArgument, match="manual runs only"):
+        store.record_manual(enqueued("job", 1_000))
+    assert store.history("job", 10) == []
+
+
 # -- rule 5: compare-and-set advance --------------------------------------------------------------
 def test_advance_moves_only_rows_still_where_the_round_found_them(store: Store) -> None:
     first = add(store, "first", 1_000)
