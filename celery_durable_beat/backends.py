@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.lease.base import HolderInfo, Lease
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import LeaderInfo, Store
+from celery_durable_beat.store.base import LeaderInfo, SchemaStore, Store
 from celery_durable_beat.urls import redact_url
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def make_publisher(app: Any, settings: Settings) -> CeleryPublisher:
     return CeleryPublisher(app, redact_keys=settings.redact)
 
 
-def make_worker_registry(store: Store) -> SqlRunStore | None:
+def make_worker_registry(store: SchemaStore) -> SqlRunStore | None:
     """Where ``status`` reads the live workers: the run tracking on a SQL store's URL (built
     without connecting); None for a store with no such table (the in-memory one)."""
     from celery_durable_beat.runs.factory import make_tracking

@@ -43,7 +43,7 @@ from celery_durable_beat.exceptions import (
 from celery_durable_beat.leadership import Leadership
 from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.model import Action, Definition
-from celery_durable_beat.store.base import PRUNE_CHUNK, Store
+from celery_durable_beat.store.base import PRUNE_CHUNK, BeatStore
 from celery_durable_beat.sync import sync_definitions
 
 # One logger for the whole beat process (scheduler, leadership, loop), as before the split.
@@ -103,7 +103,7 @@ class BeatLoop:
 
     def __init__(
         self,
-        store: Store,
+        store: BeatStore,
         dispatcher: Dispatcher,
         leadership: Leadership,
         *,
@@ -164,15 +164,19 @@ class BeatLoop:
         except SchemaOutdated as exc:
             log.critical("beat refuses to run: %s", exc, extra=log_extra(Action.BEAT_REFUSED))
             raise
-        except StoreError as exc:
+        except Exception as exc:
+            return self._failed_round(exc)
+
+    def _failed_round(self, exc: Exception) -> float:
+        """Back off, the failure tagged by its real cause."""
+        if isinstance(exc, StoreError):
             return self._backoff(Action.STORE_UNAVAILABLE, str(exc))
-        except LeaseError as exc:
+        if isinstance(exc, LeaseError):
             return self._backoff(Action.LEASE_UNAVAILABLE, str(exc))
-        except self.broker_errors as exc:
+        if isinstance(exc, self.broker_errors):
             self.broker_down = True
             return self._backoff(Action.BROKER_UNAVAILABLE, f"broker unavailable: {cause(exc)}")
-        except Exception as exc:
-            return self._backoff(Action.ROUND_FAILED, f"unexpectedly: {cause(exc)}", exc)
+        return self._backoff(Action.ROUND_FAILED, f"unexpectedly: {cause(exc)}", exc)
 
     def _observe_standing(self) -> None:
         leadership = self.leadership

@@ -3,7 +3,7 @@
 The order is the guarantee. The due rows are read in a short transaction that commits before
 anything is published (no transaction is open while the broker is slow, SPEC §3). A tick is
 published first; its ``enqueued`` record and the schedule's advance are written next, in one
-short transaction of their own (``Store.settle``), fenced by the leader's epoch and with a
+short transaction of their own (``RoundStore.settle``), fenced by the leader's epoch and with a
 compare-and-set on the tick the schedule was read at. A crash anywhere replays at most the same
 deterministic task id: before that commit the next round publishes it again (the same id, which
 the worker guard absorbs); after it the schedule has moved on. Should an ``enqueued`` record
@@ -45,7 +45,7 @@ from celery_durable_beat.model import (
 )
 from celery_durable_beat.policy import Plan, due_ms, plan_schedule
 from celery_durable_beat.publish.base import Publisher, PublishSession
-from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, Store
+from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, RoundStore
 
 log = logging.getLogger("celery_durable_beat.dispatch")
 
@@ -110,7 +110,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        store: Store,
+        store: RoundStore,
         publisher: Publisher,
         *,
         batch_size: int = 500,

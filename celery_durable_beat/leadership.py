@@ -42,7 +42,7 @@ renews by two thirds of the TTL; a round with something due renews first whateve
 
 
 class EpochFence(Protocol):
-    """What leadership needs of the store (``Store.register_epoch``)."""
+    """What leadership needs of the store (``RoundStore.register_epoch``)."""
 
     def register_epoch(self, epoch: int) -> None:
         """Make ``epoch`` the newest the store accepts writes from."""

@@ -35,6 +35,7 @@ from celery_durable_beat.dispatch import RoundStats
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action, Outcome, ScheduleState
+from celery_durable_beat.store.base import StatusStore
 
 log = logging.getLogger("celery_durable_beat.metrics")
 
@@ -82,16 +83,6 @@ DEFAULT_ADDR = "0.0.0.0"  # noqa: S104 - Prometheus scrapes beat from another ho
 PORT_SETTING = "durable_beat_metrics_port"
 
 
-class StoreCounts(Protocol):
-    """What the metrics read of the store (``Store``'s methods of the same names)."""
-
-    def now_ms(self) -> int: ...
-
-    def counts_by_state(self) -> dict[str, int]: ...
-
-    def due_backlog(self, now_ms: int) -> int: ...
-
-
 class SpecRegistry(CollectorRegistry):
     """A registry whose scrape holds exactly SPEC §10's series.
 
@@ -120,7 +111,7 @@ class BeatMetrics:
         self,
         registry: CollectorRegistry,
         *,
-        store: StoreCounts,
+        store: StatusStore,
         clock: Clock,
         port: int | None = None,
         addr: str = DEFAULT_ADDR,

@@ -30,7 +30,7 @@ from celery_durable_beat.lease.base import Lease
 from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import Store
+from celery_durable_beat.store.base import BeatStore
 from celery_durable_beat.urls import redact_url
 from celery_durable_beat.wiring import make_beat_loop
 
@@ -66,7 +66,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             self._refusal = exc  # is set up: setup_schedule refuses, with the defaults meanwhile
             self.settings = Settings.from_conf({}, environ={})
         self.clock: Clock = clock or SystemClock()
-        self.store: Store | None = None
+        self.store: BeatStore | None = None
         self.lease: Lease | None = None
         self.dispatcher: Dispatcher | None = None
         self.loop: BeatLoop | None = None

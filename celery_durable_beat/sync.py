@@ -24,7 +24,8 @@ from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action, Definition, ScheduleState, Source
 from celery_durable_beat.policy import first_tick_ms
 from celery_durable_beat.schedules.spec import ScheduleSpec
-from celery_durable_beat.store.base import ConfigChange, Store, StoredDigest, iter_chunks
+from celery_durable_beat.store.base import ConfigChange, StoredDigest, SyncStore
+from celery_durable_beat.store.rules import iter_chunks
 
 log = logging.getLogger("celery_durable_beat.sync")
 
@@ -82,7 +83,7 @@ def differences(
 
 
 def sync_definitions(
-    store: Store,
+    store: SyncStore,
     definitions: Sequence[Definition],
     now_ms: int,
     *,

@@ -57,7 +57,6 @@ from celery_durable_beat.exceptions import (
     PublishFailed,
     ScheduleConflict,
     ScheduleNotFound,
-    StaleEpoch,
 )
 from celery_durable_beat.ids import format_tick_instant, manual_task_id, tick_task_id
 from celery_durable_beat.message import TickMessage, build_message
@@ -74,7 +73,14 @@ from celery_durable_beat.publish.base import Publisher
 from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.store.base import AuditEvent, LeaderInfo, ScheduleRecord, Store
+from celery_durable_beat.store.base import (
+    AuditEvent,
+    ControlStore,
+    LeaderInfo,
+    ScheduleRecord,
+    UpsertOutcome,
+)
+from celery_durable_beat.store.rules import decide_upsert, stored_row
 
 __all__ = [
     "COUNT_LIMIT",
@@ -148,7 +154,7 @@ class DurableBeat:
         self,
         app: Any,
         *,
-        store: Store | None = None,
+        store: ControlStore | None = None,
         publisher: Publisher | None = None,
         settings: Settings | None = None,
         lease_reader: LeaseHolder | None = None,
@@ -166,7 +172,7 @@ class DurableBeat:
 
     # -- plumbing -----------------------------------------------------------------------------
     @property
-    def store(self) -> Store:
+    def store(self) -> ControlStore:
         """The store, schema checked before the first use."""
         store = self._raw_store()
         if not self._schema_checked:
@@ -174,7 +180,7 @@ class DurableBeat:
             self._schema_checked = True
         return store
 
-    def _raw_store(self) -> Store:
+    def _raw_store(self) -> ControlStore:
         if self._store is None:
             self._store = make_store(self.settings)
         return self._store
@@ -312,7 +318,7 @@ class DurableBeat:
             workers=self._live_workers(store),
         )
 
-    def _live_workers(self, store: Store) -> tuple[WorkerView, ...]:
+    def _live_workers(self, store: ControlStore) -> tuple[WorkerView, ...]:
         """Workers seen within ``durable_beat_worker_ttl`` (none without a registry)."""
         if self._find_workers:
             self._workers = make_worker_registry(store)
@@ -351,15 +357,14 @@ class DurableBeat:
         store = self.store
         existing = store.get(name)
         if existing is not None and existing.source is Source.CONFIG:
-            raise ScheduleConflict(
-                f'schedule "{existing.name}" comes from beat_schedule (source config); change it '
-                "in the config, or delete it here first to manage it through the API"
-            )
+            raise _config_owned(existing.name)
         if dry_run:
             return _would_upsert(existing, valid)
         now = store.now_ms()
         result = store.upsert(valid, Source.API, first_tick_ms(valid, now), now)
-        return UpsertStatus(result.status)
+        if result.status is UpsertOutcome.CONFLICT:  # config sync created it since the read
+            raise _config_owned(result.name)
+        return UpsertStatus(result.status.value)
 
     def pause(self, name: str) -> ScheduleView:
         """Stop ticking until ``resume``; pausing a paused schedule changes nothing."""
@@ -443,23 +448,22 @@ class DurableBeat:
             lag_ms=0,
             version=record.version,
         )
-        try:
-            self.store.record([event], epoch=self.store.leader_info().epoch)
-        except StaleEpoch:  # a new leader registered its epoch in between: use the new one
-            self.store.record([event], epoch=self.store.leader_info().epoch)
+        self.store.record_manual(event)  # outside the fence by design (AdminStore rule 10)
 
 
 # -- helpers (pure) ---------------------------------------------------------------------------
 def _would_upsert(existing: ScheduleRecord | None, valid: Definition) -> UpsertStatus:
-    """What ``Store.upsert`` would answer, decided as it decides: by the stored definition's
-    hash (of the JSON round trip the store keeps), an archived row counting as a change."""
-    if existing is None:
-        return UpsertStatus("created")
-    stored = Definition.from_json(valid.name, valid.to_json())
-    same = existing.definition.definition_hash() == stored.definition_hash()
-    if same and existing.state is not ScheduleState.ARCHIVED:
-        return UpsertStatus("unchanged")
-    return UpsertStatus("updated")
+    """What ``AdminStore.upsert`` would answer: the same decision (``rules.decide_upsert``)
+    against the row as read (the caller refused a config one already)."""
+    row = None if existing is None else stored_row(existing)
+    return UpsertStatus(decide_upsert(row, valid, Source.API, None).status.value)
+
+
+def _config_owned(name: str) -> ScheduleConflict:
+    return ScheduleConflict(
+        f'schedule "{name}" comes from beat_schedule (source config); change it '
+        "in the config, or delete it here first to manage it through the API"
+    )
 
 
 def _check_range(label: str, value: object, bounds: Sequence[int]) -> None:

@@ -38,7 +38,8 @@ from celery_durable_beat.runs.base import (
     WriteIf,
 )
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, insert_into
-from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs, workers
+from celery_durable_beat.store.tables import ENQUEUED, audit, runs, workers
+from celery_durable_beat.store.values import NAME_LENGTH
 
 if TYPE_CHECKING:
     from celery_durable_beat.runs.base import Claims, RunTracking

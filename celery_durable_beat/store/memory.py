@@ -13,12 +13,15 @@ How each rule is kept:
 3. **Audit before advance.** ``settle`` writes the events and applies the advances under the
    store's one lock, all or nothing; ``enqueued`` events are unique per task id (a second one is
    dropped).
-4. **Fencing.** Every write checks its epoch against the fence under that same lock, so no
-   epoch bump can come between the check and the write.
-5. **Compare-and-set advance.** Checked and applied under that lock, item by item.
+4. **Fencing.** Every fenced write checks its epoch against the fence under that same lock, so
+   no epoch bump can come between the check and the write.
+5. **Compare-and-set advance.** Checked (``rules.advance_applies``) and applied under that lock,
+   item by item.
 6. **History outlives schedules.** Events are kept by lower-cased schedule name.
 
-Names are case-insensitive exactly as on SQL, and ``upsert`` mirrors ``store/sql/admin.py``.
+What to write is never decided here: ``upsert``, ``sync_config``, ``set_state`` and
+``prune_history`` ask ``store/rules.py``, as the SQL store does; this module only finds and
+stores rows. Names are case-insensitive exactly as on SQL.
 The store also carries the fence row the store lease uses (``lease_acquire_or_renew``), so
 ``MemoryLease`` (``lease/memory.py``) elects one leader among lease objects sharing a store.
 """
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from celery_durable_beat.clock import SystemClock
-from celery_durable_beat.exceptions import InvalidArgument, ScheduleNotFound, StaleEpoch
+from celery_durable_beat.exceptions import ScheduleNotFound
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.lease.base import LeaseRow
 from celery_durable_beat.model import (
@@ -43,7 +46,22 @@ from celery_durable_beat.model import (
     StateReason,
     Trigger,
 )
-from celery_durable_beat.store.base import (
+from celery_durable_beat.store.memory_rows import Fence, Row, to_stored
+from celery_durable_beat.store.rules import (
+    advance_applies,
+    check_advances,
+    check_at_least,
+    check_changes,
+    check_manual,
+    decide_change,
+    decide_upsert,
+    prunable,
+    refuse_stale,
+    state_values,
+    storable_key,
+    stored_value,
+)
+from celery_durable_beat.store.values import (
     Advance,
     AuditEvent,
     ConfigChange,
@@ -52,20 +70,8 @@ from celery_durable_beat.store.base import (
     ScheduleRecord,
     StoredDigest,
     StoredEvent,
+    UpsertDecision,
     UpsertResult,
-    check_advances,
-    check_changes,
-    decide_change,
-    plan_values,
-    state_values,
-)
-from celery_durable_beat.store.memory_rows import (
-    Fence,
-    Row,
-    prunable,
-    storable_key,
-    to_stored,
-    value_of,
 )
 
 if TYPE_CHECKING:
@@ -115,8 +121,7 @@ class MemoryStore:
 
     @contextmanager
     def claim_due(self, now_ms: int, limit: int) -> Iterator[MemoryClaim]:
-        if limit < 1:
-            raise InvalidArgument(f"claim_due needs a limit of at least 1; got {limit}")
+        check_at_least("claim_due limit", limit, 1)
         with self._lock:
             rows = sorted(
                 (
@@ -128,12 +133,6 @@ class MemoryStore:
             )[:limit]
             due = [row.due() for row in rows]
         yield MemoryClaim(self, due)
-
-    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
-        self.settle(events, (), epoch)
-
-    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
-        return self.settle((), advances, epoch)
 
     def settle(
         self, events: Sequence[AuditEvent], advances: Sequence[Advance], epoch: int
@@ -148,11 +147,7 @@ class MemoryStore:
             applied: list[bool] = []
             for item in advances:
                 row = by_id.get(item.schedule_id)
-                moves = (
-                    row is not None
-                    and row.state is ScheduleState.ACTIVE
-                    and row.next_tick_ms == item.expected_next_tick_ms
-                )
+                moves = row is not None and advance_applies(item, row.state, row.next_tick_ms)
                 if moves and row is not None:
                     row.apply(item, epoch, now)
                 applied.append(moves)
@@ -212,46 +207,14 @@ class MemoryStore:
     def upsert(
         self, definition: Definition, source: Source, first_tick_ms: int | None, now_ms: int
     ) -> UpsertResult:
-        """As ``store/sql/admin.upsert``: config never touches an API schedule, an archived
-        unchanged schedule comes back at its version, an operator pause survives a change."""
         key = storable_key(definition.name)
-        stored = Definition.from_json(definition.name, definition.to_json())  # a detached copy
-        digest = stored.definition_hash()
+        stored = _detached(definition)
         with self._lock:
             row = self._rows.get(key)
-            if row is None:
-                self._rows[key] = Row.new(
-                    self._next_row_id, stored, digest, source, first_tick_ms, now_ms
-                )
-                self._next_row_id += 1
-                return UpsertResult(definition.name, "created", 1)
-            archived = row.state is ScheduleState.ARCHIVED
-            same = row.definition_hash == digest
-            if (source is Source.CONFIG and row.source is Source.API) or (same and not archived):
-                return UpsertResult(row.name, "unchanged", row.version)
-            operator_paused = (
-                row.state is ScheduleState.PAUSED and row.definition.enabled == stored.enabled
-            )
-            row.replace(stored, digest, row.version if same else row.version + 1, now_ms)
-            reason = row.state_reason
-            row.write(plan_values(stored, first_tick_ms))
-            if operator_paused:
-                row.state, row.state_reason, row.next_due_ms = ScheduleState.PAUSED, reason, None
-            return UpsertResult(definition.name, "updated", row.version)
-
-    def archive_missing(self, keep_names: Sequence[str], source: Source, now_ms: int) -> list[str]:
-        keep = {name_key(name) for name in keep_names}
-        with self._lock:
-            gone = [
-                row
-                for row in self._rows.values()
-                if row.source is source
-                and row.state is not ScheduleState.ARCHIVED
-                and row.key not in keep
-            ]
-            for row in gone:
-                row.set_state(ScheduleState.ARCHIVED, None, None, now_ms)
-            return sorted(row.name for row in gone)
+            held = None if row is None else row.held()
+            decision = decide_upsert(held, stored, source, first_tick_ms)
+            self._write_decision(key, stored, source, decision, now_ms)
+        return UpsertResult(decision.name, decision.status, decision.version)
 
     def definition_digests(self) -> list[StoredDigest]:
         with self._lock:
@@ -262,21 +225,17 @@ class MemoryStore:
         self, changes: Sequence[ConfigChange], epoch: int, now_ms: int
     ) -> list[UpsertResult]:
         """Rule 7 under the store's one lock: fence first, decide every change, then write."""
-        keys = [storable_key(change.name) for change in changes]
-        check_changes(changes)
+        keys = check_changes(changes)
         with self._lock:
             self._check_fence(epoch)
             found = [self._rows.get(key) for key in keys]
             decisions = [
-                decide_change(None if row is None else row.sync_row(), change, now_ms)
+                decide_change(None if row is None else row.held(), change, now_ms)
                 for row, change in zip(found, changes, strict=True)
             ]
-            for key, row, change, decision in zip(keys, found, changes, decisions, strict=True):
-                if decision.status == "created" and change.definition is not None:
-                    self.upsert(change.definition, Source.CONFIG, change.first_tick_ms, now_ms)
-                    self._rows[key].epoch = epoch
-                elif row is not None and decision.values is not None:
-                    row.apply_sync(change, decision, epoch, now_ms)
+            for key, change, decision in zip(keys, changes, decisions, strict=True):
+                stored = None if change.definition is None else _detached(change.definition)
+                self._write_decision(key, stored, Source.CONFIG, decision, now_ms, epoch)
                 if decision.dropped is not None:
                     self._insert_events([_Pending(decision.dropped, epoch, now_ms)])
         return [UpsertResult(d.name, d.status, d.version) for d in decisions]
@@ -302,10 +261,15 @@ class MemoryStore:
         with self._lock:
             return self._rows.pop(name_key(name), None) is not None
 
+    def record_manual(self, event: AuditEvent) -> None:
+        """Rule 10: no epoch check; the record carries the fence's newest epoch."""
+        check_manual(event)
+        with self._lock:
+            self._insert_events([_Pending(event, self._fence.epoch, self.now_ms())])
+
     # -- history ------------------------------------------------------------------------------
     def history(self, name: str, limit: int, before_id: int | None = None) -> list[StoredEvent]:
-        if limit < 1:
-            raise InvalidArgument(f"history limit must be at least 1; got {limit}")
+        check_at_least("history limit", limit, 1)
         with self._lock:
             events = self._events.get(name_key(name), [])
             page: list[StoredEvent] = []
@@ -336,10 +300,8 @@ class MemoryStore:
         return None
 
     def prune_history(self, names: Sequence[str], keep: int) -> int:
-        """As on SQL: the newest automatic ``enqueued`` record and every record at or after the
-        schedule's next tick survive whatever ``keep`` says."""
-        if keep < 0:
-            raise InvalidArgument(f"keep must be 0 or more; got {keep}")
+        """Rule 8 as ``rules.prunable`` chooses, schedule by schedule."""
+        check_at_least("keep", keep, 0)
         removed = 0
         with self._lock:
             for key in sorted({name_key(name) for name in names}):
@@ -375,18 +337,37 @@ class MemoryStore:
 
     # -- internals (callers hold the lock) ------------------------------------------------------
     def _check_fence(self, epoch: int) -> int:
-        newest = self._fence.epoch
-        if epoch < newest:
-            raise StaleEpoch(
-                f"a write carried fencing epoch {epoch}, older than {newest}, the newest this "
-                "store has seen: another beat leads now"
-            )
+        refuse_stale(epoch, self._fence.epoch)
         return self.now_ms()
+
+    def _write_decision(
+        self,
+        key: str,
+        definition: Definition | None,
+        source: Source,
+        decision: UpsertDecision,
+        now_ms: int,
+        epoch: int | None = None,
+    ) -> None:
+        """Store what a rule decided: a created row, a changed definition, the columns."""
+        if decision.values is None:
+            return
+        row = self._rows.get(key)
+        if row is None and definition is not None:
+            row = self._rows[key] = Row.new(self._next_row_id, definition, source, now_ms)
+            self._next_row_id += 1
+        elif row is not None and definition is not None:
+            row.replace(definition, decision.version)
+        assert row is not None  # an archive decision is made of a stored row only
+        row.write(decision.values)
+        row.updated_at_ms = now_ms
+        if epoch is not None:
+            row.epoch = epoch
 
     def _insert_events(self, pending: Sequence[_Pending]) -> None:
         for item in pending:
             event = item.event
-            outcome = Outcome(value_of(event.outcome))
+            outcome = Outcome(stored_value(event.outcome))
             if outcome is Outcome.ENQUEUED and event.task_id in self._enqueued:
                 continue  # rule 3: a replayed enqueued record is ignored, never an error
             stored = to_stored(self._next_event_id, event, item.epoch, item.now)
@@ -402,6 +383,11 @@ class MemoryStore:
         if state is None:
             return event
         return StoredEvent(**{**event.__dict__, "run_state": state})
+
+
+def _detached(definition: Definition) -> Definition:
+    """A copy through the JSON the SQL store keeps, so a caller's later change cannot reach it."""
+    return Definition.from_json(definition.name, definition.to_json())
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,18 @@
-"""The rows of ``MemoryStore``: a schedule row, the fence row, and the pruning rule.
+"""The rows of ``MemoryStore``: a schedule row and the fence row, storage only.
 
-Each mirrors one table of the SQL store (``store/tables.py``) and the statement rules that
-write it (``store/sql/admin.py``, ``lease/sql.py``), so the two backends answer alike. A
-schedule row keeps the parsed ``Definition`` only (never its JSON beside it): what a round needs.
+Each mirrors one table of the SQL store (``store/tables.py``); what to write into them is
+decided by ``store/rules.py`` (and, for the fence row, the rules of ``lease/sql.py``), so the two
+backends answer alike. A schedule row keeps the parsed ``Definition`` only (never its JSON
+beside it): what a round needs.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from celery_durable_beat.exceptions import InvalidArgument
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.lease.base import LeaseRow
 from celery_durable_beat.model import (
@@ -23,35 +23,15 @@ from celery_durable_beat.model import (
     StateReason,
     Trigger,
 )
-from celery_durable_beat.store.base import (
+from celery_durable_beat.store.rules import state_values, stored_value
+from celery_durable_beat.store.values import (
     Advance,
     AuditEvent,
-    ConfigChange,
     DueSchedule,
     ScheduleRecord,
     StoredEvent,
-    SyncDecision,
-    SyncRow,
-    plan_values,
-    state_values,
+    StoredRow,
 )
-from celery_durable_beat.store.tables import NAME_LENGTH
-
-_NO_TICK = 2**62
-"""Above every tick: a schedule without a next tick protects none of its records."""
-
-
-def value_of(member: Any) -> Any:
-    """Enum members kept as their value, as the SQL store writes them."""
-    return getattr(member, "value", member)
-
-
-def storable_key(name: str) -> str:
-    """The key of a name about to be stored; the same length limit as the SQL columns."""
-    key = name_key(name)
-    if not name or len(name) > NAME_LENGTH or len(key) > NAME_LENGTH:
-        raise InvalidArgument(f"schedule name {name!r} must have 1 to {NAME_LENGTH} characters")
-    return key
 
 
 def to_stored(event_id: int, event: AuditEvent, epoch: int, now_ms: int) -> StoredEvent:
@@ -61,9 +41,9 @@ def to_stored(event_id: int, event: AuditEvent, epoch: int, now_ms: int) -> Stor
         schedule=event.schedule,
         tick_ms=event.tick_ms,
         task_id=event.task_id,
-        trigger=Trigger(value_of(event.trigger)),
-        outcome=Outcome(value_of(event.outcome)),
-        reason=value_of(event.reason),
+        trigger=Trigger(stored_value(event.trigger)),
+        outcome=Outcome(stored_value(event.outcome)),
+        reason=stored_value(event.reason),
         lag_ms=event.lag_ms,
         version=event.version,
         epoch=epoch,
@@ -98,21 +78,14 @@ class Row:
     streak_from_ms: int | None = None
 
     @classmethod
-    def new(
-        cls,
-        row_id: int,
-        definition: Definition,
-        digest: str,
-        source: Source,
-        first_tick_ms: int | None,
-        now_ms: int,
-    ) -> Row:
-        row = cls(
+    def new(cls, row_id: int, definition: Definition, source: Source, now_ms: int) -> Row:
+        """A created row, before the decision's values are written onto it."""
+        return cls(
             id=row_id,
             key=name_key(definition.name),
             name=definition.name,
             definition=definition,
-            definition_hash=digest,
+            definition_hash=definition.definition_hash(),
             version=1,
             source=source,
             state=ScheduleState.ACTIVE,
@@ -125,11 +98,9 @@ class Row:
             created_at_ms=now_ms,
             updated_at_ms=now_ms,
         )
-        row.write(plan_values(definition, first_tick_ms))
-        return row
 
     def write(self, values: Mapping[str, Any]) -> None:
-        """Column values as ``plan_values`` and ``state_values`` spell them (SQL's columns)."""
+        """Column values as ``store/rules.py`` spells them (SQL's columns)."""
         for column, given in values.items():
             value = given
             if column == "state":
@@ -138,13 +109,12 @@ class Row:
                 value = None if given is None else StateReason(given)
             setattr(self, column, value)
 
-    def replace(self, definition: Definition, digest: str, version: int, now_ms: int) -> None:
+    def replace(self, definition: Definition, version: int) -> None:
         """A new definition (the name's case may change too)."""
         self.name = definition.name
         self.definition = definition
-        self.definition_hash = digest
+        self.definition_hash = definition.definition_hash()
         self.version = version
-        self.updated_at_ms = now_ms
 
     def set_state(
         self,
@@ -171,9 +141,9 @@ class Row:
         self.epoch = epoch
         self.updated_at_ms = now_ms
 
-    def sync_row(self) -> SyncRow:
-        """The row as ``decide_change`` judges it (store rule 7)."""
-        return SyncRow(
+    def held(self) -> StoredRow:
+        """The row as a write decision reads it (``rules.decide_upsert``)."""
+        return StoredRow(
             id=self.id,
             name=self.name,
             source=self.source,
@@ -186,21 +156,6 @@ class Row:
             state_reason=self.state_reason,
             buffered_tick_ms=self.buffered_tick_ms,
         )
-
-    def apply_sync(
-        self, change: ConfigChange, decision: SyncDecision, epoch: int, now_ms: int
-    ) -> None:
-        """Write an ``updated`` or ``archived`` decision of config sync onto this row."""
-        values = decision.values or {}
-        if change.definition is not None:
-            stored = Definition.from_json(change.definition.name, change.definition.to_json())
-            self.replace(stored, stored.definition_hash(), decision.version, now_ms)
-        if change.definition is None:  # archived
-            self.set_state(ScheduleState.ARCHIVED, None, None, now_ms)
-        else:
-            self.write(values)
-            self.updated_at_ms = now_ms
-        self.epoch = epoch
 
     def due(self) -> DueSchedule:
         return DueSchedule(
@@ -275,23 +230,3 @@ class Fence:
             expires_at_ms=self.expires,
             remaining_ms=None if self.expires is None else max(0, self.expires - now),
         )
-
-
-def prunable(events: Sequence[StoredEvent], keep: int, next_tick_ms: int | None) -> set[int]:
-    """Ids of the events ``prune_history`` removes (``store/sql/admin._prunable``'s rule): older
-    than the ``keep`` newest, except the newest automatic ``enqueued`` one and any at or after
-    the schedule's next tick."""
-    newest_enqueued = max(
-        (e.id for e in events if e.outcome is Outcome.ENQUEUED and e.trigger is Trigger.AUTO),
-        default=-1,
-    )
-    ids = sorted((e.id for e in events), reverse=True)
-    threshold = ids[keep - 1] if 0 < keep <= len(ids) else None
-    if keep > 0 and threshold is None:
-        return set()
-    limit = _NO_TICK if next_tick_ms is None else next_tick_ms
-    return {
-        e.id
-        for e in events
-        if e.id != newest_enqueued and e.tick_ms < limit and (threshold is None or e.id < threshold)
-    }

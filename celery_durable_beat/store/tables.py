@@ -25,6 +25,8 @@ from sqlalchemy import (
     literal_column,
 )
 
+from celery_durable_beat.store.values import NAME_LENGTH
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -37,9 +39,6 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
 VERSION_TABLE = "durable_beat_alembic_version"
 """Alembic's bookkeeping table; prefixed so it never collides with the application's own."""
-
-NAME_LENGTH = 200
-"""Longest schedule name (and lower-cased name) the store accepts."""
 
 TASK_ID_LENGTH = 300
 """Room for ``<key>@manual-<32 hex>`` with the longest key a 200-character name can produce."""

@@ -66,7 +66,7 @@ def test_an_advance_stalled_after_its_check_is_refused(stores: tuple[SqlStore, S
         faults.paused_at("fenced_write", lambda: _new_leader_acquires(new)),
         pytest.raises(StaleEpoch),
     ):
-        old.advance([moved(schedule_id, 1_000, 61_000)], epoch=OLD)
+        old.settle((), [moved(schedule_id, 1_000, 61_000)], epoch=OLD)
     record = new.get("job")
     assert record is not None
     assert record.next_tick_ms == 1_000
@@ -81,7 +81,7 @@ def test_an_audit_write_stalled_after_its_check_is_refused(
         faults.paused_at("fenced_write", lambda: _new_leader_acquires(new)),
         pytest.raises(StaleEpoch),
     ):
-        old.record([enqueued("job", 1_000)], epoch=OLD)
+        old.settle([enqueued("job", 1_000)], (), epoch=OLD)
     assert new.history("job", limit=10) == []
 
 
@@ -91,7 +91,7 @@ def test_the_current_leader_writes_through_the_pause_point(
     old, new = stores
     schedule_id = add(old, "job", 1_000)
     with faults.paused_at("fenced_write", lambda: None):
-        old.record([enqueued("job", 1_000)], epoch=OLD)
-        assert old.advance([moved(schedule_id, 1_000, 61_000)], epoch=OLD) == [True]
+        old.settle([enqueued("job", 1_000)], (), epoch=OLD)
+        assert old.settle((), [moved(schedule_id, 1_000, 61_000)], epoch=OLD) == [True]
     [event] = new.history("job", limit=10)
     assert event.epoch == OLD

@@ -180,7 +180,7 @@ def test_expiry_by_the_backend_clock_hands_over_and_the_old_holder_cannot_renew(
     assert b.acquire_or_renew().leader and b.acquire_or_renew().epoch == new.epoch
     stale = AuditEvent("s", 1000, "s@x", Trigger.AUTO, Outcome.ENQUEUED, version=1)
     with pytest.raises(StaleEpoch):  # the store refuses the old leader's writes
-        backend.store.record([stale], old.epoch)
+        backend.store.settle([stale], (), old.epoch)
 
 
 def test_an_expired_lease_taken_back_by_its_holder_is_a_new_epoch(

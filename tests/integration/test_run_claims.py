@@ -292,7 +292,7 @@ def _state(runs: SqlRunStore | MemoryRuns, k: RunKey) -> RunState | None:
 
 
 def _enqueued(store: SqlStore, *ticks: int, name: str = NAME) -> None:
-    store.record(
+    store.settle(
         [
             AuditEvent(
                 schedule=name,
@@ -303,6 +303,7 @@ def _enqueued(store: SqlStore, *ticks: int, name: str = NAME) -> None:
             )
             for t in ticks
         ],
+        (),
         1,
     )
 

@@ -89,7 +89,7 @@ def test_history_is_pruned_to_history_keep(tmp_path: Path, monkeypatch: pytest.M
         AuditEvent("p", 1000 + i, f"old-{i}", Trigger.AUTO, Outcome.ENQUEUED, version=1)
         for i in range(10)
     ]
-    store.record(old, epoch=1)
+    store.settle(old, (), epoch=1)
     deadline = store.now_ms() + 10_000
     while not any(e.task_id and e.task_id.startswith("p@") for e in store.history("p", 50)):
         assert store.now_ms() < deadline, "no tick was dispatched"

@@ -29,7 +29,7 @@ from celery_durable_beat.model import (
     Trigger,
 )
 from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec
-from celery_durable_beat.store.base import Advance, AuditEvent, Store
+from celery_durable_beat.store.base import Advance, AuditEvent, Store, UpsertOutcome
 from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.store.tables import runs
@@ -229,7 +229,7 @@ def test_enqueued_event_is_unique_per_task_id(store: Store) -> None:
     add(store, "job", 1_000)
     store.settle([enqueued("job", 1_000), enqueued("job", 1_000)], [], epoch=0)
     store.settle([enqueued("job", 1_000)], [], epoch=0)
-    store.record([enqueued("job", 1_000)], epoch=0)  # a replay after a crash
+    store.settle([enqueued("job", 1_000)], (), epoch=0)  # a replay after a crash
     duplicate = AuditEvent(
         schedule="job",
         tick_ms=1_000,
@@ -238,15 +238,15 @@ def test_enqueued_event_is_unique_per_task_id(store: Store) -> None:
         outcome=Outcome.DEDUPLICATED,
         reason="already_enqueued",
     )
-    store.record([duplicate, duplicate], epoch=0)  # only enqueued events are unique
+    store.settle([duplicate, duplicate], (), epoch=0)  # only enqueued events are unique
     outcomes = [event.outcome for event in store.history("job", limit=10)]
     assert sorted(outcomes) == [Outcome.DEDUPLICATED, Outcome.DEDUPLICATED, Outcome.ENQUEUED]
 
 
 def test_enqueued_task_ids_reports_only_enqueued_records(store: Store) -> None:
     ids = [tick_task_id("job", tick) for tick in range(0, 3_000, 1_000)]
-    store.record([enqueued("job", 0)], epoch=0)
-    store.record(
+    store.settle([enqueued("job", 0)], (), epoch=0)
+    store.settle(
         [
             AuditEvent(
                 schedule="job",
@@ -257,6 +257,7 @@ def test_enqueued_task_ids_reports_only_enqueued_records(store: Store) -> None:
                 reason="broker_unavailable",
             )
         ],
+        (),
         epoch=0,
     )
     with store.claim_due(0, limit=1) as claim:
@@ -274,7 +275,7 @@ def test_record_outside_a_claim_and_event_fields(store: Store) -> None:
         reason="missed",
         detail={"count": 3, "first_ms": 1_000, "last_ms": 3_000},
     )
-    store.record([event], epoch=0)
+    store.settle([event], (), epoch=0)
     [stored] = store.history("JOB", limit=5)
     assert (stored.schedule, stored.task_id, stored.reason, stored.detail) == (
         "Job",
@@ -299,20 +300,60 @@ def test_stale_epoch_is_rejected_and_writes_nothing(store: Store) -> None:
     store.register_epoch(7)
 
     with pytest.raises(StaleEpoch):
-        store.record([enqueued("job", 1_000)], epoch=6)
+        store.settle([enqueued("job", 1_000)], (), epoch=6)
     with pytest.raises(StaleEpoch):
         store.settle([enqueued("job", 1_000)], [moved(schedule_id, 1_000, 61_000)], epoch=6)
     with pytest.raises(StaleEpoch):
-        store.advance([moved(schedule_id, 1_000, 61_000)], epoch=6)
+        store.settle((), [moved(schedule_id, 1_000, 61_000)], epoch=6)
     assert store.history("job", limit=10) == []
     record = store.get("job")
     assert record is not None
     assert (record.next_tick_ms, record.next_due_ms) == (1_000, 1_000)
 
-    store.record([enqueued("job", 1_000)], epoch=7)
-    assert store.advance([moved(schedule_id, 1_000, 61_000)], epoch=8) == [True]
+    store.settle([enqueued("job", 1_000)], (), epoch=7)
+    assert store.settle((), [moved(schedule_id, 1_000, 61_000)], epoch=8) == [True]
     [event] = store.history("job", limit=10)
     assert event.epoch == 7
+
+
+# -- rule 10: manual runs are written outside the fence, by design ---------------------------------
+def manual(name: str, key: str, outcome: Outcome = Outcome.ENQUEUED) -> AuditEvent:
+    return AuditEvent(name, 5_000, f"{name}@manual-{key}", Trigger.MANUAL, outcome, lag_ms=0)
+
+
+def test_a_manual_run_is_recorded_with_no_leader_ever_registered(store: Store) -> None:
+    add(store, "job", 1_000)
+    assert store.leader_info().epoch == 0
+    store.record_manual(manual("job", "a"))
+    found = store.find_enqueued("job@manual-a")
+    assert found is not None
+    assert (found.trigger, found.outcome, found.epoch) == (Trigger.MANUAL, Outcome.ENQUEUED, 0)
+    record = store.get("job")
+    assert record is not None and record.next_tick_ms == 1_000  # it moves no schedule
+
+
+def test_a_manual_run_is_recorded_under_any_newer_epoch_and_an_old_round_is_still_refused(
+    store: Store,
+) -> None:
+    schedule_id = add(store, "job", 1_000)
+    store.register_epoch(3)
+    store.settle([enqueued("job", 1_000)], [moved(schedule_id, 1_000, 61_000)], epoch=3)
+    store.register_epoch(9)  # a new leader took over; the operator's run needs no epoch
+    store.record_manual(manual("job", "b"))
+    store.record_manual(manual("job", "b"))  # a repeat of its task id is dropped (rule 3)
+    found = store.find_enqueued("job@manual-b")
+    assert found is not None and found.epoch == 9  # the newest at the time, for reading only
+    assert [e.trigger for e in store.history("job", 10)] == [Trigger.MANUAL, Trigger.AUTO]
+    with pytest.raises(StaleEpoch):  # the fence still holds for the round
+        store.settle([enqueued("job", 61_000)], [moved(schedule_id, 61_000, 121_000)], epoch=3)
+    assert len(store.history("job", 10)) == 2
+
+
+def test_record_manual_refuses_an_automatic_record(store: Store) -> None:
+    add(store, "job", 1_000)
+    with pytest.raises(InvalidArgument, match="manual runs only"):
+        store.record_manual(enqueued("job", 1_000))
+    assert store.history("job", 10) == []
 
 
 # -- rule 5: compare-and-set advance --------------------------------------------------------------
@@ -322,7 +363,8 @@ def test_advance_moves_only_rows_still_where_the_round_found_them(store: Store) 
     third = add(store, "third", 3_000)
     store.set_state("third", ScheduleState.PAUSED, now_ms=1, next_tick_ms=3_000)
 
-    result = store.advance(
+    result = store.settle(
+        (),
         [
             moved(first, 1_000, 61_000, next_due_ms=61_500),
             moved(second, 1_999, 62_000),  # someone moved it meanwhile
@@ -349,7 +391,7 @@ def test_advance_moves_only_rows_still_where_the_round_found_them(store: Store) 
     paused = store.get("third")
     assert paused is not None
     assert (paused.state, paused.next_tick_ms) == (ScheduleState.PAUSED, 3_000)
-    assert store.advance([], epoch=2) == []
+    assert store.settle((), [], epoch=2) == []
 
 
 def test_advance_can_quarantine(store: Store) -> None:
@@ -364,7 +406,7 @@ def test_advance_can_quarantine(store: Store) -> None:
         failures=5,
         state=ScheduleState.QUARANTINED,
     )
-    assert store.advance([quarantine], epoch=0) == [True]
+    assert store.settle((), [quarantine], epoch=0) == [True]
     record = store.get("bad")
     assert record is not None
     assert (record.state, record.failures, record.next_due_ms) == (
@@ -378,9 +420,9 @@ def test_advance_can_quarantine(store: Store) -> None:
 def test_advance_rejects_inconsistent_batches(store: Store) -> None:
     schedule_id = add(store, "job", 1_000)
     with pytest.raises(InvalidArgument):
-        store.advance([moved(schedule_id, 1_000, 2_000), moved(schedule_id, 1_000, 3_000)], 0)
+        store.settle((), [moved(schedule_id, 1_000, 2_000), moved(schedule_id, 1_000, 3_000)], 0)
     with pytest.raises(InvalidArgument):
-        store.advance([moved(schedule_id, 1_000, 2_000, next_due_ms=None)], 0)
+        store.settle((), [moved(schedule_id, 1_000, 2_000, next_due_ms=None)], 0)
 
 
 def test_advance_holds_a_buffered_tick_and_ends_a_schedule(store: Store) -> None:
@@ -402,7 +444,7 @@ def test_advance_holds_a_buffered_tick_and_ends_a_schedule(store: Store) -> None
         state=ScheduleState.PAUSED,
         state_reason=StateReason.FAILURES,
     )
-    assert store.advance([hold, end, pause], epoch=0) == [True, True, True]
+    assert store.settle((), [hold, end, pause], epoch=0) == [True, True, True]
     held, ended, failing = store.get("held"), store.get("ended"), store.get("failing")
     assert held is not None and ended is not None and failing is not None
     assert (held.buffered_tick_ms, held.next_due_ms) == (1_000, 2_000)
@@ -416,9 +458,9 @@ def test_advance_holds_a_buffered_tick_and_ends_a_schedule(store: Store) -> None
         assert [(d.name, d.buffered_tick_ms) for d in claim.schedules] == [("held", 1_000)]
     # The held tick with no next tick left (past end_at) stays due, compared as NULL = NULL.
     past = replace(hold, expected_next_tick_ms=61_000, next_tick_ms=None)
-    assert store.advance([past], epoch=0) == [True]
+    assert store.settle((), [past], epoch=0) == [True]
     done = replace(past, expected_next_tick_ms=None, buffered_tick_ms=None, next_due_ms=None)
-    assert store.advance([done], epoch=0) == [True]
+    assert store.settle((), [done], epoch=0) == [True]
     cleared = store.get("held")
     assert cleared is not None and cleared.buffered_tick_ms is None
 
@@ -478,7 +520,7 @@ def test_upsert_plans_jitter_and_disabled_schedules(store: Store) -> None:
 
 def test_upsert_reactivates_archived_and_resets_failures(store: Store) -> None:
     add(store, "gone", 1_000)
-    assert store.archive_missing([], Source.CONFIG, now_ms=5) == ["gone"]
+    store.set_state("gone", ScheduleState.ARCHIVED, now_ms=5)
     back = store.upsert(definition("gone"), Source.CONFIG, 90_000, now_ms=6)
     assert (back.status, back.version) == ("updated", 1)
     record = store.get("gone")
@@ -490,13 +532,18 @@ def test_upsert_reactivates_archived_and_resets_failures(store: Store) -> None:
     )
 
 
-def test_config_upsert_never_touches_an_api_schedule(store: Store) -> None:
+def test_upsert_of_a_name_the_other_source_owns_is_a_conflict(store: Store) -> None:
     store.upsert(definition("shared"), Source.API, 1_000, now_ms=0)
     result = store.upsert(definition("shared", every_ms=5 * MINUTE), Source.CONFIG, 2_000, 1)
-    assert (result.status, result.version) == ("unchanged", 1)
+    assert (result.status, result.version) == (UpsertOutcome.CONFLICT, 1)
     record = store.get("shared")
     assert record is not None
     assert (record.source, record.next_tick_ms) == (Source.API, 1_000)
+    add(store, "declared", 1_000)  # config's: the API cannot take it over either
+    result = store.upsert(definition("declared", every_ms=5 * MINUTE), Source.API, 2_000, 1)
+    assert result.status is UpsertOutcome.CONFLICT
+    declared = store.get("declared")
+    assert declared is not None and (declared.source, declared.version) == (Source.CONFIG, 1)
 
 
 def test_upsert_refuses_names_the_schema_cannot_hold(store: Store) -> None:
@@ -504,26 +551,9 @@ def test_upsert_refuses_names_the_schema_cannot_hold(store: Store) -> None:
         store.upsert(definition("x" * 201), Source.API, 0, now_ms=0)
 
 
-def test_archive_missing_archives_only_that_source(store: Store) -> None:
-    add(store, "Keep", 1_000)
-    add(store, "drop", 1_000)
-    store.upsert(definition("api-made"), Source.API, 1_000, now_ms=0)
-    assert store.archive_missing(["keep"], Source.CONFIG, now_ms=7) == ["drop"]
-    dropped = store.get("drop")
-    assert dropped is not None
-    assert (dropped.state, dropped.next_due_ms, dropped.updated_at_ms) == (
-        ScheduleState.ARCHIVED,
-        None,
-        7,
-    )
-    assert store.archive_missing(["keep"], Source.CONFIG, now_ms=8) == []
-    counts = store.counts_by_state()
-    assert (counts["active"], counts["archived"]) == (2, 1)
-
-
 def test_set_state_pause_resume_and_unknown_names(store: Store) -> None:
     schedule_id = add(store, "job", 1_000)
-    store.advance([moved(schedule_id, 1_000, 2_000, failures=2)], epoch=0)
+    store.settle((), [moved(schedule_id, 1_000, 2_000, failures=2)], epoch=0)
     paused = store.set_state("JOB", ScheduleState.PAUSED, now_ms=50)
     assert (paused.state, paused.failures, paused.next_due_ms) == (ScheduleState.PAUSED, 0, None)
     resumed = store.set_state(
@@ -545,7 +575,7 @@ def test_set_state_pause_resume_and_unknown_names(store: Store) -> None:
 
 def test_delete_keeps_history(store: Store) -> None:
     add(store, "job", 1_000)
-    store.record([enqueued("job", 1_000)], epoch=0)
+    store.settle([enqueued("job", 1_000)], (), epoch=0)
     assert store.delete("JOB") is True
     assert store.delete("job") is False
     assert store.get("job") is None
@@ -556,15 +586,15 @@ def test_delete_keeps_history(store: Store) -> None:
 def test_list_schedules_includes_archived_ordered_by_name(store: Store) -> None:
     for name in ("b", "C", "a"):
         add(store, name, 1_000)
-    store.archive_missing(["a", "b"], Source.CONFIG, now_ms=1)
+    store.set_state("C", ScheduleState.ARCHIVED, now_ms=1)
     records = store.list_schedules()
     assert [record.name for record in records] == ["a", "b", "C"]
     assert records[2].state is ScheduleState.ARCHIVED
 
 
 def test_history_pages_are_disjoint_newest_first_with_run_state(store: Store) -> None:
-    store.record([enqueued("job", tick) for tick in range(25)], epoch=0)
-    store.record([enqueued("other", 1)], epoch=0)
+    store.settle([enqueued("job", tick) for tick in range(25)], (), epoch=0)
+    store.settle([enqueued("other", 1)], (), epoch=0)
     first = store.history("job", limit=10)
     second = store.history("job", limit=10, before_id=first[-1].id)
     third = store.history("job", limit=10, before_id=second[-1].id)
@@ -587,8 +617,8 @@ def test_history_pages_are_disjoint_newest_first_with_run_state(store: Store) ->
 
 
 def test_prune_history_keeps_the_newest_per_schedule(store: Store) -> None:
-    store.record([enqueued("job", tick) for tick in range(12)], epoch=0)
-    store.record([enqueued("Other", tick) for tick in range(3)], epoch=0)
+    store.settle([enqueued("job", tick) for tick in range(12)], (), epoch=0)
+    store.settle([enqueued("Other", tick) for tick in range(3)], (), epoch=0)
     assert store.prune_history(["job", "other", "never-ran"], keep=5) == 7
     assert [event.tick_ms for event in store.history("job", limit=50)] == [11, 10, 9, 8, 7]
     assert len(store.history("other", limit=50)) == 3
@@ -602,8 +632,8 @@ def test_prune_history_keeps_the_newest_per_schedule(store: Store) -> None:
 def test_prune_history_keeps_what_the_round_relies_on(store: Store) -> None:
     add(store, "job", 100)  # next tick 100: records at or after it prove a pending tick
     skipped = AuditEvent("job", 0, None, Trigger.AUTO, Outcome.SKIPPED, reason="overlap")
-    store.record([enqueued("job", 50), enqueued("job", 100), enqueued("job", 101)], epoch=0)
-    store.record([skipped] * 5, epoch=0)  # a blocked skip schedule writes one per round
+    store.settle([enqueued("job", 50), enqueued("job", 100), enqueued("job", 101)], (), epoch=0)
+    store.settle([skipped] * 5, (), epoch=0)  # a blocked skip schedule writes one per round
     store.prune_history(["job"], keep=2)
     kept = [(e.tick_ms, e.outcome.value) for e in store.history("job", limit=50)]
     assert (100, "enqueued") in kept and (101, "enqueued") in kept

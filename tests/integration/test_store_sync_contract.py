@@ -86,6 +86,10 @@ def test_sync_config_never_touches_an_api_schedule(store: Store) -> None:
     assert results[0].status == "ignored"
     kept = store.get("shared")
     assert kept is not None and kept.source is Source.API and kept.version == 1
+    gone = store.sync_config([ConfigChange("shared")], epoch=0, now_ms=2)  # never archived either
+    assert gone[0].status == "unchanged"
+    kept = store.get("shared")
+    assert kept is not None and kept.state is ScheduleState.ACTIVE
 
 
 def test_an_api_schedule_created_after_the_read_is_left_alone(
@@ -160,7 +164,7 @@ def test_a_prune_costs_one_statement_per_chunk_of_schedules(sql_store: SqlStore)
         for name in names
         for tick in range(4)
     ]
-    sql_store.record(events, epoch=0)
+    sql_store.settle(events, (), epoch=0)
     with counted(sql_store) as seen:
         assert sql_store.prune_history(names, keep=2) == 300 * 2
     assert len([s for s in seen if s.lstrip().upper().startswith("DELETE")]) == 1

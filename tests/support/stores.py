@@ -43,7 +43,7 @@ class _Faults:
             raise InjectedFault("audit write failed")
         if self.fail_advance_once and advances:
             self.fail_advance_once = False
-            self.record(events, epoch)  # type: ignore[attr-defined]
+            super().settle(events, (), epoch)  # type: ignore[misc]
             raise InjectedFault("crash between audit and advance")
         return super().settle(events, advances, epoch)  # type: ignore[misc, no-any-return]
 

@@ -30,7 +30,7 @@ def test_the_injected_clock_is_the_store_clock() -> None:
     assert store.now_ms() == 1_000
     clock.now_ms = 5_000
     assert store.clock_and_earliest_due() == (5_000, None)
-    store.record([AuditEvent("job", 1, None, Trigger.AUTO, Outcome.SKIPPED)], epoch=0)
+    store.settle([AuditEvent("job", 1, None, Trigger.AUTO, Outcome.SKIPPED)], (), epoch=0)
     assert store.history("job", 1)[0].recorded_at_ms == 5_000
 
 
@@ -50,7 +50,7 @@ def test_leases_on_one_store_elect_one_leader_and_hand_over_on_expiry() -> None:
     assert not a.acquire_or_renew().leader
     late = AuditEvent("job", 1, "job@x", Trigger.AUTO, Outcome.ENQUEUED)
     with pytest.raises(StaleEpoch):
-        store.record([late], first.epoch)
+        store.settle([late], (), first.epoch)
     assert "MemoryLease" in repr(a)
 
 

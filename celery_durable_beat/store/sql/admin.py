@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import and_, case, delete, func, select, update
 from sqlalchemy.engine import Connection, Row
 
-from celery_durable_beat.exceptions import InvalidArgument, ScheduleNotFound
+from celery_durable_beat.exceptions import ScheduleNotFound
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import (
     Definition,
@@ -24,25 +24,28 @@ from celery_durable_beat.model import (
     StateReason,
     Trigger,
 )
-from celery_durable_beat.store.base import (
+from celery_durable_beat.store.rules import (
+    NO_TICK,
+    check_at_least,
+    check_manual,
+    column_values,
+    decide_upsert,
+    iter_chunks,
+    state_values,
+    storable_key,
+)
+from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, insert_into
+from celery_durable_beat.store.sql.round import audit_values
+from celery_durable_beat.store.tables import ENQUEUED, FENCE_ID, audit, fence, runs, schedules
+from celery_durable_beat.store.values import (
     PRUNE_CHUNK,
+    AuditEvent,
     ScheduleRecord,
     StoredEvent,
+    StoredRow,
+    UpsertDecision,
     UpsertResult,
-    iter_chunks,
-    plan_values,
-    state_values,
 )
-from celery_durable_beat.store.sql.engine import IN_CHUNK, insert_into
-from celery_durable_beat.store.tables import ENQUEUED, NAME_LENGTH, audit, runs, schedules
-
-
-def _storable_key(name: str) -> str:
-    """The key of a name about to be stored; the columns hold at most NAME_LENGTH characters."""
-    key = name_key(name)
-    if not name or len(name) > NAME_LENGTH or len(key) > NAME_LENGTH:
-        raise InvalidArgument(f"schedule name {name!r} must have 1 to {NAME_LENGTH} characters")
-    return key
 
 
 def to_record(row: Row[Any]) -> ScheduleRecord:
@@ -99,70 +102,64 @@ def page_schedules(
 def upsert(
     conn: Connection, definition: Definition, source: Source, first_tick_ms: int | None, now_ms: int
 ) -> UpsertResult:
-    """See ``Store.upsert``. Three more rules the contract leaves open:
+    """See ``AdminStore.upsert``: ``rules.decide_upsert`` against the row locked for update.
 
-    - config sync never touches an API-created schedule (SPEC §3): a ``config`` upsert of a name
-      owned by ``api`` is ``unchanged`` and writes nothing; ``source`` never changes;
-    - re-activating an archived, otherwise unchanged schedule keeps its version (its definition
-      did not change) and reports ``updated`` (its state did);
-    - a schedule paused by an operator stays paused through a changed definition, unless the
-      change is to ``enabled`` itself.
+    An insert that meets a row a concurrent upsert created first decides again against that row.
     """
-    key = _storable_key(definition.name)
-    digest = definition.definition_hash()
+    key = storable_key(definition.name)
     for _attempt in range(2):
         row = conn.execute(
             select(schedules).where(schedules.c.name_key == key).with_for_update()
         ).first()
+        found = None if row is None else to_stored_row(row)
+        decision = decide_upsert(found, definition, source, first_tick_ms)
+        result = UpsertResult(decision.name, decision.status, decision.version)
+        if decision.values is None:
+            return result
         if row is None:
-            if _insert(
-                conn,
-                definition,
-                key=key,
-                digest=digest,
-                source=source,
-                first_tick_ms=first_tick_ms,
-                now_ms=now_ms,
-            ):
-                return UpsertResult(definition.name, "created", 1)
-            continue  # a concurrent upsert created it first: treat it as an update of that row
-        return _update(
-            conn,
-            row,
-            definition,
-            digest=digest,
-            source=source,
-            first_tick_ms=first_tick_ms,
-            now_ms=now_ms,
+            if _insert(conn, definition, key, source, decision, now_ms):
+                return result
+            continue  # a concurrent upsert created it first: decide against that row
+        conn.execute(
+            update(schedules)
+            .where(schedules.c.id == row.id)
+            .values(
+                name=definition.name,
+                definition=definition.to_json(),
+                definition_hash=definition.definition_hash(),
+                version=decision.version,
+                updated_at_ms=now_ms,
+                **column_values(decision.values),
+            )
         )
+        return result
     raise AssertionError(f"schedule {definition.name!r} neither inserted nor found")
 
 
-def _plan(definition: Definition, first_tick_ms: int | None) -> dict[str, Any]:
-    """State and next tick of a created, changed or re-activated schedule, as column values."""
-    return {
-        name: getattr(value, "value", value)
-        for name, value in plan_values(definition, first_tick_ms).items()
-    }
-
-
-def _operator_paused(row: Row[Any], definition: Definition) -> bool:
-    """A pause from the CLI/API survives a changed definition unless ``enabled`` itself changed
-    (config's own way to pause or resume); archived schedules come back active as SPEC §3 says."""
-    if row.state != ScheduleState.PAUSED.value:
-        return False
-    was_enabled = bool((row.definition or {}).get("enabled", True))
-    return was_enabled == definition.enabled
+def to_stored_row(row: Any) -> StoredRow:
+    """A schedule row as a write decision reads it (``rules.decide_upsert``); any select that
+    has the columns will do (config sync reads a narrower one)."""
+    return StoredRow(
+        id=row.id,
+        name=row.name,
+        source=Source(row.source),
+        state=ScheduleState(row.state),
+        definition_hash=row.definition_hash,
+        version=row.version,
+        next_tick_ms=row.next_tick_ms,
+        next_due_ms=row.next_due_ms,
+        enabled=bool((row.definition or {}).get("enabled", True)),
+        state_reason=None if row.state_reason is None else StateReason(row.state_reason),
+        buffered_tick_ms=row.buffered_tick_ms,
+    )
 
 
 def _insert(
     conn: Connection,
     definition: Definition,
-    *,
     key: str,
-    digest: str,
     source: Source,
-    first_tick_ms: int | None,
+    decision: UpsertDecision,
     now_ms: int,
 ) -> bool:
     stmt = (
@@ -171,81 +168,18 @@ def _insert(
             name=definition.name,
             name_key=key,
             definition=definition.to_json(),
-            definition_hash=digest,
-            version=1,
+            definition_hash=definition.definition_hash(),
+            version=decision.version,
             source=source.value,
             epoch=0,
             created_at_ms=now_ms,
             updated_at_ms=now_ms,
-            **_plan(definition, first_tick_ms),
+            **column_values(decision.values or {}),
         )
         .on_conflict_do_nothing(index_elements=[schedules.c.name_key])
         .returning(schedules.c.id)
     )
     return conn.execute(stmt).first() is not None
-
-
-def _update(
-    conn: Connection,
-    row: Row[Any],
-    definition: Definition,
-    *,
-    digest: str,
-    source: Source,
-    first_tick_ms: int | None,
-    now_ms: int,
-) -> UpsertResult:
-    archived = row.state == ScheduleState.ARCHIVED.value
-    same = row.definition_hash == digest
-    if (source is Source.CONFIG and row.source == Source.API.value) or (same and not archived):
-        return UpsertResult(row.name, "unchanged", row.version)
-    version = row.version if same else row.version + 1
-    planned = _plan(definition, first_tick_ms)
-    if _operator_paused(row, definition):
-        planned.update(
-            state=ScheduleState.PAUSED.value, state_reason=row.state_reason, next_due_ms=None
-        )
-    conn.execute(
-        update(schedules)
-        .where(schedules.c.id == row.id)
-        .values(
-            name=definition.name,
-            definition=definition.to_json(),
-            definition_hash=digest,
-            version=version,
-            updated_at_ms=now_ms,
-            **planned,
-        )
-    )
-    return UpsertResult(definition.name, "updated", version)
-
-
-def archive_missing(
-    conn: Connection, keep_names: Sequence[str], source: Source, now_ms: int
-) -> list[str]:
-    keep = {name_key(name) for name in keep_names}
-    rows = conn.execute(
-        select(schedules.c.id, schedules.c.name, schedules.c.name_key).where(
-            schedules.c.source == source.value,
-            schedules.c.state != ScheduleState.ARCHIVED.value,
-        )
-    ).all()
-    gone = [row for row in rows if row.name_key not in keep]
-    for chunk in iter_chunks(gone, IN_CHUNK):
-        conn.execute(
-            update(schedules)
-            .where(schedules.c.id.in_([row.id for row in chunk]))
-            .values(
-                state=ScheduleState.ARCHIVED.value,
-                next_tick_ms=None,
-                next_due_ms=None,
-                failures=0,
-                state_reason=None,
-                buffered_tick_ms=None,
-                updated_at_ms=now_ms,
-            )
-        )
-    return sorted(row.name for row in gone)
 
 
 def set_state(
@@ -280,6 +214,25 @@ def delete_schedule(conn: Connection, name: str) -> bool:
     return result.rowcount > 0
 
 
+def record_manual(conn: Connection, event: AuditEvent) -> None:
+    """One manual run's record, outside the fence by design (``AdminStore`` rule 10): no epoch
+    condition; the row carries the fence's newest epoch, read in the same statement, for
+    reading only. A second ``enqueued`` row for its task id is dropped (rule 3)."""
+    check_manual(event)
+    newest = select(fence.c.epoch).where(fence.c.id == FENCE_ID).scalar_subquery()
+    postgres = conn.dialect.name == "postgresql"
+    stmt = (
+        insert_into(audit, conn.dialect.name)
+        .values(
+            **audit_values(event),
+            epoch=func.coalesce(newest, 0),
+            recorded_at_ms=PG_NOW if postgres else HOST_CLOCK.now_ms(),
+        )
+        .on_conflict_do_nothing(index_elements=[audit.c.task_id], index_where=ENQUEUED)
+    )
+    conn.execute(stmt)
+
+
 def _events_query() -> Any:
     return select(*audit.c, runs.c.state.label("run_state")).select_from(
         audit.outerjoin(runs, runs.c.task_id == audit.c.task_id)
@@ -305,8 +258,7 @@ def to_event(row: Row[Any]) -> StoredEvent:
 
 
 def history(conn: Connection, name: str, limit: int, before_id: int | None) -> list[StoredEvent]:
-    if limit < 1:
-        raise InvalidArgument(f"history limit must be at least 1; got {limit}")
+    check_at_least("history limit", limit, 1)
     query = _events_query().where(audit.c.schedule_key == name_key(name))
     if before_id is not None:
         query = query.where(audit.c.id < before_id)
@@ -319,21 +271,15 @@ def find_enqueued(conn: Connection, task_id: str) -> StoredEvent | None:
     return None if row is None else to_event(row)
 
 
-_NO_TICK = 2**62
-"""Above every tick: a schedule without a next tick protects none of its records."""
-
-
 def prune_history(conn: Connection, names: Sequence[str], keep: int) -> int:
     """One DELETE per ``PRUNE_CHUNK`` schedules, below each one's ``keep``-th newest event.
 
-    Two kinds of record survive whatever ``keep`` says, because the round relies on them: the
-    newest automatic ``enqueued`` record (the overlap gate finds the previous run through it), and
-    every record at or after the schedule's next tick (the dedup proof of a tick whose advance has
-    not landed yet). A window over each schedule's records (the ``(schedule_key, id)`` index)
-    ranks them, so one statement settles hundreds of schedules.
+    What survives is ``rules.prunable``'s choice (the memory store calls it; the contract tests
+    hold this query to it): the newest automatic ``enqueued`` record and every record at or after
+    the schedule's next tick, whatever ``keep`` says. A window over each schedule's records (the
+    ``(schedule_key, id)`` index) ranks them, so one statement settles hundreds of schedules.
     """
-    if keep < 0:
-        raise InvalidArgument(f"keep must be 0 or more; got {keep}")
+    check_at_least("keep", keep, 0)
     removed = 0
     for chunk in iter_chunks(sorted({name_key(name) for name in names}), PRUNE_CHUNK):
         result = conn.execute(delete(audit).where(audit.c.id.in_(_prunable(list(chunk), keep))))
@@ -358,7 +304,7 @@ def _prunable(keys: list[str], keep: int) -> Any:
         .where(own.in_(keys))
         .subquery("ranked")
     )
-    next_tick = func.coalesce(schedules.c.next_tick_ms, _NO_TICK)
+    next_tick = func.coalesce(schedules.c.next_tick_ms, NO_TICK)
     return (
         select(ranked.c.id)
         .select_from(ranked.outerjoin(schedules, schedules.c.name_key == ranked.c.key))

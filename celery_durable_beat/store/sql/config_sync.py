@@ -22,26 +22,26 @@ from sqlalchemy import JSON, bindparam, column, select, table, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
-from celery_durable_beat.exceptions import InvalidArgument, StaleEpoch
 from celery_durable_beat.ids import name_key
-from celery_durable_beat.model import (
-    Definition,
-    ScheduleState,
-    Source,
-    StateReason,
-    canonical_hash,
+from celery_durable_beat.model import Definition, ScheduleState, Source, canonical_hash
+from celery_durable_beat.store.rules import (
+    archive_values,
+    check_changes,
+    column_values,
+    decide_change,
+    refuse_stale,
 )
-from celery_durable_beat.store.base import (
+from celery_durable_beat.store.sql.admin import to_stored_row
+from celery_durable_beat.store.sql.engine import insert_into
+from celery_durable_beat.store.tables import FENCE_ID, audit, fence, schedules
+from celery_durable_beat.store.values import (
     ConfigChange,
     StoredDigest,
-    SyncDecision,
-    SyncRow,
+    StoredRow,
+    UpsertDecision,
+    UpsertOutcome,
     UpsertResult,
-    check_changes,
-    decide_change,
 )
-from celery_durable_beat.store.sql.engine import insert_into
-from celery_durable_beat.store.tables import FENCE_ID, NAME_LENGTH, audit, fence, schedules
 
 
 def definition_digests(conn: Connection) -> list[StoredDigest]:
@@ -65,12 +65,8 @@ def lock_fence(conn: Connection, epoch: int) -> None:
     if matched:
         return
     newest = conn.execute(select(fence.c.epoch).where(fence.c.id == FENCE_ID)).scalar()
-    if newest is None:
-        return  # no fence row (hand-made schema): epoch 0, as everywhere else
-    raise StaleEpoch(
-        f"config sync carried fencing epoch {epoch}, older than {newest}, the newest this store "
-        "has seen: another beat leads now"
-    )
+    if newest is not None:  # no fence row (hand-made schema): epoch 0, as everywhere else
+        refuse_stale(epoch, int(newest), "config sync")
 
 
 def sync_config(
@@ -78,11 +74,6 @@ def sync_config(
 ) -> list[UpsertResult]:
     """Apply one batch of config differences (rule 7); see the module docstring."""
     keys = check_changes(changes)
-    for change, key in zip(changes, keys, strict=True):
-        if not change.name or max(len(key), len(change.name)) > NAME_LENGTH:
-            raise InvalidArgument(
-                f"schedule name {change.name!r} must have 1 to {NAME_LENGTH} characters"
-            )
     lock_fence(conn, epoch)
     rows = _rows(conn, keys)
     decisions = [
@@ -95,17 +86,18 @@ def sync_config(
     _record_dropped(conn, decisions, epoch, now_ms)
     # A row created between the read and the insert can only be the API's (config rows are
     # written under the fence): config leaves it alone.
+    ignored = UpsertOutcome.IGNORED
     return [
-        UpsertResult(d.name, "ignored" if _lost(d, key, created) else d.status, d.version)
+        UpsertResult(d.name, ignored if _lost(d, key, created) else d.status, d.version)
         for d, key in zip(decisions, keys, strict=True)
     ]
 
 
-def _lost(decision: SyncDecision, key: str, created: set[str]) -> bool:
-    return decision.status == "created" and key not in created
+def _lost(decision: UpsertDecision, key: str, created: set[str]) -> bool:
+    return decision.status is UpsertOutcome.CREATED and key not in created
 
 
-def _rows(conn: Connection, keys: Sequence[str]) -> dict[str, SyncRow]:
+def _rows(conn: Connection, keys: Sequence[str]) -> dict[str, StoredRow]:
     """The batch's rows as they are now, locked on PostgreSQL (SQLite's write lock covers it)."""
     query = select(
         schedules.c.id,
@@ -123,41 +115,21 @@ def _rows(conn: Connection, keys: Sequence[str]) -> dict[str, SyncRow]:
     ).where(schedules.c.name_key.in_(list(keys)))
     if conn.dialect.name == "postgresql":
         query = query.with_for_update()
-    found: dict[str, SyncRow] = {}
-    for row in conn.execute(query):
-        found[row.name_key] = SyncRow(
-            id=row.id,
-            name=row.name,
-            source=Source(row.source),
-            state=ScheduleState(row.state),
-            definition_hash=row.definition_hash,
-            version=row.version,
-            next_tick_ms=row.next_tick_ms,
-            next_due_ms=row.next_due_ms,
-            enabled=bool((row.definition or {}).get("enabled", True)),
-            state_reason=None if row.state_reason is None else StateReason(row.state_reason),
-            buffered_tick_ms=row.buffered_tick_ms,
-        )
-    return found
-
-
-def _columns(values: dict[str, Any]) -> dict[str, Any]:
-    """Decision values as column values (enums stored as their value)."""
-    return {name: getattr(value, "value", value) for name, value in values.items()}
+    return {row.name_key: to_stored_row(row) for row in conn.execute(query)}
 
 
 def _insert(
     conn: Connection,
     changes: Sequence[ConfigChange],
     keys: Sequence[str],
-    decisions: Sequence[SyncDecision],
+    decisions: Sequence[UpsertDecision],
     stamp: dict[str, Any],
 ) -> set[str]:
     """One INSERT of every new row; the keys it created (a conflicting one is left alone)."""
     rows = [
-        _new_row(change.definition, key, {**stamp, **_columns(decision.values or {})})
+        _new_row(change.definition, key, {**stamp, **column_values(decision.values or {})})
         for change, key, decision in zip(changes, keys, decisions, strict=True)
-        if decision.status == "created" and change.definition is not None
+        if decision.status is UpsertOutcome.CREATED and change.definition is not None
     ]
     if not rows:
         return set()
@@ -277,18 +249,18 @@ def _update(
     conn: Connection,
     changes: Sequence[ConfigChange],
     keys: Sequence[str],
-    rows: dict[str, SyncRow],
-    decisions: Sequence[SyncDecision],
+    rows: dict[str, StoredRow],
+    decisions: Sequence[UpsertDecision],
     stamp: dict[str, Any],
 ) -> None:
     """One UPDATE (executemany) of the changed rows and one of the archived ones."""
     changed: list[dict[str, Any]] = []
     archived: list[int] = []
     for change, key, decision in zip(changes, keys, decisions, strict=True):
-        if decision.status == "archived":
+        if decision.status is UpsertOutcome.ARCHIVED:
             archived.append(rows[key].id)
-        elif decision.status == "updated" and change.definition is not None:
-            values = _columns({**(decision.values or {}), **stamp})
+        elif decision.status is UpsertOutcome.UPDATED and change.definition is not None:
+            values = column_values({**(decision.values or {}), **stamp})
             changed.append(
                 {
                     "s_id": rows[key].id,
@@ -302,20 +274,12 @@ def _update(
     if changed:
         conn.execute(_CHANGED, changed)
     if archived:
-        values = {
-            "state": ScheduleState.ARCHIVED.value,
-            "next_tick_ms": None,
-            "next_due_ms": None,
-            "failures": 0,
-            "state_reason": None,
-            "buffered_tick_ms": None,
-            **stamp,
-        }
+        values = column_values({**archive_values(), **stamp})
         conn.execute(update(schedules).where(schedules.c.id.in_(archived)).values(values))
 
 
 def _record_dropped(
-    conn: Connection, decisions: Sequence[SyncDecision], epoch: int, now_ms: int
+    conn: Connection, decisions: Sequence[UpsertDecision], epoch: int, now_ms: int
 ) -> None:
     """One INSERT of the ``replanned`` records, fenced by the same lock as the rows."""
     rows = [

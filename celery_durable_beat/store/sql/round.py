@@ -48,13 +48,14 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from celery_durable_beat import faults
-from celery_durable_beat.exceptions import StaleEpoch
 from celery_durable_beat.ids import name_key
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.model import Action, Definition, ScheduleState
-from celery_durable_beat.store.base import Advance, AuditEvent, DueSchedule, iter_chunks
+from celery_durable_beat.store.rules import iter_chunks, refuse_stale, stored_value
 from celery_durable_beat.store.sql import schema as sql_schema
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, IN_CHUNK, PG_NOW, insert_into
 from celery_durable_beat.store.tables import ENQUEUED, FENCE_ID, audit, fence, schedules
+from celery_durable_beat.store.values import Advance, AuditEvent, DueSchedule
 
 log = logging.getLogger("celery_durable_beat.store")
 
@@ -165,8 +166,8 @@ def _quarantine_unreadable(conn: Connection, row_id: int, name: str, exc: Except
     log.error(
         "schedule %s quarantined: its stored definition cannot be read (%s)",
         name,
-        type(exc).__name__,
-        extra={"action": Action.QUARANTINED.value, "schedule": name},
+        cause(exc),
+        extra=log_extra(Action.QUARANTINED, schedule=name),
     )
     conn.execute(
         update(schedules)
@@ -190,12 +191,7 @@ def _fenced(epoch: Any) -> ColumnElement[bool]:
 
 def _refuse_if_stale(conn: Connection, epoch: int) -> None:
     """Raise StaleEpoch when a newer epoch than ``epoch`` is registered (the fence only rises)."""
-    newest = newest_epoch(conn)
-    if epoch < newest:
-        raise StaleEpoch(
-            f"a write carried fencing epoch {epoch}, older than {newest}, the newest this store "
-            "has seen: another beat leads now"
-        )
+    refuse_stale(epoch, newest_epoch(conn))
 
 
 def _sqlite_fence(conn: Connection, epoch: int) -> int:
@@ -203,11 +199,6 @@ def _sqlite_fence(conn: Connection, epoch: int) -> int:
     _refuse_if_stale(conn, epoch)
     faults.point("fenced_write")
     return HOST_CLOCK.now_ms()
-
-
-def _value(member: Any) -> Any:
-    """Enum members stored as their value (``str()`` of a str-mixin enum is its qualified name)."""
-    return getattr(member, "value", member)
 
 
 def record(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
@@ -219,7 +210,7 @@ def record(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
         _record_pg(conn, events, epoch)
         return
     now = _sqlite_fence(conn, epoch)
-    rows = [{**_audit_values(event), "epoch": epoch, "recorded_at_ms": now} for event in events]
+    rows = [{**audit_values(event), "epoch": epoch, "recorded_at_ms": now} for event in events]
     stmt = insert_into(audit, "sqlite").on_conflict_do_nothing(
         index_elements=[audit.c.task_id], index_where=ENQUEUED
     )
@@ -241,15 +232,15 @@ _AUDIT_TYPES: dict[str, Any] = {
 """The audit columns a round writes, as the PostgreSQL batch declares them (``_given``)."""
 
 
-def _audit_values(event: AuditEvent) -> dict[str, Any]:
+def audit_values(event: AuditEvent) -> dict[str, Any]:
     return {
         "schedule": event.schedule,
         "schedule_key": name_key(event.schedule),
         "tick_ms": event.tick_ms,
         "task_id": event.task_id,
-        "trigger": _value(event.trigger),
-        "outcome": _value(event.outcome),
-        "reason": _value(event.reason),
+        "trigger": stored_value(event.trigger),
+        "outcome": stored_value(event.outcome),
+        "reason": stored_value(event.reason),
         "lag_ms": event.lag_ms,
         "version": event.version,
         "detail": dict(event.detail),
@@ -284,7 +275,7 @@ def _record_pg(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> No
     )
     faults.point("fenced_write")
     for chunk in iter_chunks(events, 5000):
-        rows = json.dumps([_audit_values(event) for event in chunk])
+        rows = json.dumps([audit_values(event) for event in chunk])
         written = len(conn.execute(stmt, {"r_rows": rows, "r_epoch": epoch}).all())
         if written < len(chunk):  # replays, or refused by the fence: the fence says which
             _refuse_if_stale(conn, epoch)
@@ -296,10 +287,10 @@ def _moved(item: Advance) -> dict[str, Any]:
         "next_tick_ms": item.next_tick_ms,
         "next_due_ms": item.next_due_ms,
         "last_tick_ms": item.last_tick_ms,
-        "last_outcome": _value(item.last_outcome),
+        "last_outcome": stored_value(item.last_outcome),
         "failures": item.failures,
         "state": item.state.value,
-        "state_reason": _value(item.state_reason),
+        "state_reason": stored_value(item.state_reason),
         "buffered_tick_ms": item.buffered_tick_ms,
     }
 

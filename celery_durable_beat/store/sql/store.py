@@ -18,9 +18,15 @@ from typing import TYPE_CHECKING, TypeVar
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from celery_durable_beat.exceptions import InvalidArgument
 from celery_durable_beat.model import Definition, ScheduleState, Source, StateReason
-from celery_durable_beat.store.base import (
+from celery_durable_beat.store.rules import check_advances, check_at_least
+from celery_durable_beat.store.sql import admin as sql_admin
+from celery_durable_beat.store.sql import config_sync as sql_sync
+from celery_durable_beat.store.sql import round as sql_round
+from celery_durable_beat.store.sql import schema as sql_schema
+from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, limit_idle
+from celery_durable_beat.store.tables import FENCE_ID, fence, schedules
+from celery_durable_beat.store.values import (
     Advance,
     AuditEvent,
     ConfigChange,
@@ -30,14 +36,7 @@ from celery_durable_beat.store.base import (
     StoredDigest,
     StoredEvent,
     UpsertResult,
-    check_advances,
 )
-from celery_durable_beat.store.sql import admin as sql_admin
-from celery_durable_beat.store.sql import config_sync as sql_sync
-from celery_durable_beat.store.sql import round as sql_round
-from celery_durable_beat.store.sql import schema as sql_schema
-from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, limit_idle
-from celery_durable_beat.store.tables import FENCE_ID, fence, schedules
 
 if TYPE_CHECKING:
     from celery_durable_beat.store.base import Store
@@ -87,19 +86,11 @@ class SqlStore(LazyEngine):
     def claim_due(self, now_ms: int, limit: int) -> Iterator[SqlClaim]:
         """The due rows, read in one short transaction that has committed before the block
         runs: nothing is locked while the round publishes (rule 2; SPEC §3)."""
-        if limit < 1:
-            raise InvalidArgument(f"claim_due needs a limit of at least 1; got {limit}")
+        check_at_least("claim_due limit", limit, 1)
         # A write transaction: an unreadable definition is quarantined on the way (round.due).
         with self._tx() as conn:
             due = sql_round.due(conn, now_ms, limit, self._definitions)
         yield SqlClaim(self, due)
-
-    def record(self, events: Sequence[AuditEvent], epoch: int) -> None:
-        if events:
-            self._write(lambda conn: sql_round.record(conn, events, epoch))
-
-    def advance(self, advances: Sequence[Advance], epoch: int) -> list[bool]:
-        return self.settle((), advances, epoch)
 
     def settle(
         self, events: Sequence[AuditEvent], advances: Sequence[Advance], epoch: int
@@ -155,9 +146,6 @@ class SqlStore(LazyEngine):
             lambda conn: sql_admin.upsert(conn, definition, source, first_tick_ms, now_ms)
         )
 
-    def archive_missing(self, keep_names: Sequence[str], source: Source, now_ms: int) -> list[str]:
-        return self._write(lambda conn: sql_admin.archive_missing(conn, keep_names, source, now_ms))
-
     def definition_digests(self) -> list[StoredDigest]:
         return self._read(sql_sync.definition_digests)
 
@@ -194,6 +182,9 @@ class SqlStore(LazyEngine):
 
     def delete(self, name: str) -> bool:
         return self._write(lambda conn: sql_admin.delete_schedule(conn, name))
+
+    def record_manual(self, event: AuditEvent) -> None:
+        self._write(lambda conn: sql_admin.record_manual(conn, event))
 
     def history(self, name: str, limit: int, before_id: int | None = None) -> list[StoredEvent]:
         return self._read(lambda conn: sql_admin.history(conn, name, limit, before_id))
