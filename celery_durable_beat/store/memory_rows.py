@@ -23,7 +23,7 @@ from celery_durable_beat.model import (
     StateReason,
     Trigger,
 )
-from celery_durable_beat.store.rules import state_values, stored_value
+from celery_durable_beat.store.rules import state_values, stored_row, stored_value
 from celery_durable_beat.store.values import (
     Advance,
     AuditEvent,
@@ -143,19 +143,7 @@ class Row:
 
     def held(self) -> StoredRow:
         """The row as a write decision reads it (``rules.decide_upsert``)."""
-        return StoredRow(
-            id=self.id,
-            name=self.name,
-            source=self.source,
-            state=self.state,
-            definition_hash=self.definition_hash,
-            version=self.version,
-            next_tick_ms=self.next_tick_ms,
-            next_due_ms=self.next_due_ms,
-            enabled=self.definition.enabled,
-            state_reason=self.state_reason,
-            buffered_tick_ms=self.buffered_tick_ms,
-        )
+        return stored_row(self.record())
 
     def due(self) -> DueSchedule:
         return DueSchedule(
