@@ -194,7 +194,9 @@ class BeatLoop:
         try:
             call(*args)
         except Exception as exc:
-            log.warning("metrics not updated: %s", exc, extra=log_extra(Action.METRICS_FAILED))
+            log.warning(
+                "metrics not updated: %s", cause(exc), extra=log_extra(Action.METRICS_FAILED)
+            )
 
     def _ensure_schema(self) -> None:
         if not self.schema_ready:

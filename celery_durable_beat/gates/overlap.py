@@ -125,8 +125,12 @@ class OverlapGate:
             )
             try:
                 self._revoke(item.schedule, item.task_id, item.tick_ms)
-            except StoreError as exc:
+            except self._tracking_errors() as exc:  # Gate rule 5: never raises
                 _revoke_failed("could not mark %s revoked (%s)", item.task_id, exc)
+
+    def _tracking_errors(self) -> tuple[type[BaseException], ...]:
+        """What marking a run revoked may raise: the store's errors and the backend's own."""
+        return (StoreError, *self.tracking.errors)
 
     def _revoke(self, schedule: str, task_id: str, tick_ms: int) -> None:
         key = RunKey(task_id, schedule, tick_ms, Trigger.AUTO.value)

@@ -56,7 +56,7 @@ from celery.utils.time import add_seconds_to_datetime, maybe_make_aware, subtrac
 from kombu.serialization import dumps, loads, registry
 
 from celery_durable_beat.celery_message import shown_reprs
-from celery_durable_beat.logs import log_extra
+from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.message import TickMessage, tick_headers
 from celery_durable_beat.model import Action, Reason
 from celery_durable_beat.publish.send_task import CelerySession
@@ -248,8 +248,8 @@ class TemplatedRedisSession(CelerySession):
             return reason  # no template yet: the next tick of the key tries again
         try:
             self.templates[key] = self._template_of(message, seen)
-        except Exception:  # the tick is out already: templating must never fail the round
-            _refuse(message, "the captured message could not be checked")
+        except Exception as exc:  # the tick is out already: templating must never fail the round
+            _refuse(message, f"the captured message could not be checked ({cause(exc)})")
             self.templates[key] = None
         return None
 
@@ -271,8 +271,8 @@ class TemplatedRedisSession(CelerySession):
             return None
         try:
             template = MessageTemplate(self.app, wire, publish_kwargs)
-        except Exception:
-            _refuse(message, "the captured message could not be read back")
+        except Exception as exc:
+            _refuse(message, f"the captured message could not be read back ({cause(exc)})")
             return None
         if not template.reproduces(message, self._reprs(message)):
             _refuse(message, "rendering the captured tick differs from send_task's")

@@ -4,8 +4,9 @@ Messages go through the app's own producer, so ``task_routes``, queues, prioriti
 and serializers apply exactly as for any Celery task; the keyword arguments (the tick's id,
 ``periodic_*`` headers, redacted reprs) are ``celery_message.send_kwargs``. One producer (one
 broker connection) serves a whole round. Failures are classified into stable reasons
-(``CelerySession.reason_of``); the exception text is never logged or stored, since it can carry
-payloads or credentials.
+(``CelerySession.reason_of``); the exception text is never stored, and a log line shows only
+``logs.cause`` of it (type and first line, bounded, passwords hidden) — the class alone for a
+serialization error, whose message may quote the refused value.
 
 ``celery_publisher.CeleryPublisher`` opens this session per round (on a kombu publish batch, with
 AMQP confirms, or plain: ``CelerySession`` says what ``confirm`` proves on each);

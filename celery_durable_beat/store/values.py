@@ -1,8 +1,9 @@
 """The values the store port speaks in (``store/base.py``): rows read, events written, results.
 
 Frozen dataclasses and one enum, no behaviour: the rules that compute them are in
-``store/rules.py``, the methods that move them in the Protocols of ``store/base.py`` (which
-re-exports every name here, so callers import them from the port).
+``store/rules.py``, the methods that move them in the Protocols of ``store/base.py``, which
+re-exports the names callers outside the store use; the backends and rules import the rest
+(``StoredRow``, ``UpsertDecision``, ``NAME_LENGTH``) from here.
 """
 
 from __future__ import annotations
@@ -185,8 +186,9 @@ class StoredRow:
 @dataclass(frozen=True)
 class UpsertDecision:
     """What an upsert or a config change does to one row: ``values`` the columns to write
-    (None: nothing), enums as members; ``dropped`` the ``replanned`` record of a due tick the
-    re-plan drops (config sync writes it)."""
+    (None: nothing; ``rules.state_values`` and ``archive_values`` give stored strings,
+    ``plan_values`` members — both backends store either); ``dropped`` the ``replanned``
+    record of a due tick the re-plan drops (config sync writes it)."""
 
     name: str
     status: UpsertOutcome

@@ -205,6 +205,28 @@ def test_replace_revokes_only_after_settle_and_only_for_ticks_recorded_enqueued(
     assert runs.state(previous) is RunState.REVOKED
 
 
+def test_after_settle_never_raises_for_any_tracking_error(
+    app: Celery, gate: RoundGate, runs: CountingRuns, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Rule 5: an error the tracking backend names (not only ``StoreError``: a driver's own)
+    while marking the displaced run revoked is logged with its cause, never raised into the
+    round that already settled; that revoke is not sent (as for a ``StoreError``)."""
+    control = Revokes()
+    app.control = control
+    item, message = replaced_schedule(runs)
+    assert gate.before_publish(item, message) is None
+
+    def refuse(*_: Any) -> None:
+        raise OSError("tracking connection reset")
+
+    runs.errors = (OSError,)
+    runs.mark_revoked = refuse  # type: ignore[method-assign]
+    gate.after_settle({message.task_id})
+    assert control.sent == []
+    (line,) = [r for r in caplog.records if r.__dict__.get("action") == "revoke_failed"]
+    assert "OSError: tracking connection reset" in line.getMessage()
+
+
 def test_close_releases_the_run_tracking(gate: RoundGate, runs: CountingRuns) -> None:
     gate.close()
     assert runs.closed == 1
