@@ -18,7 +18,7 @@ import pytest
 
 from celery_durable_beat.model import Action
 from tests.reliability.conftest import every_second
-from tests.support.procs import CeleryProcess, ThrowawayRedis
+from tests.support.procs import CeleryProcess, ThrowawayRedis, wait_until
 from tests.support.servers import PersistentRedis, ThrowawayPostgres
 
 pytestmark = pytest.mark.reliability
@@ -33,10 +33,14 @@ def cluster_db(cluster: ThrowawayPostgres) -> str:
     return cluster.create_database(f"dbt_{uuid.uuid4().hex[:16]}")
 
 
-def _hold_outage(leader: CeleryProcess, since: float) -> None:
-    """Wait until the leader has noticed the outage (a failed round is logged with this action),
-    and until the outage has lasted OUTAGE_S."""
-    leader.wait_action(Action.STORE_UNAVAILABLE.value, 20)
+def _hold_outage(leader: CeleryProcess, since: float, *causes: Action) -> None:
+    """Wait until the leader has noticed the outage (a failed round is logged with the action of
+    its cause, one of ``causes``), and until the outage has lasted OUTAGE_S."""
+    wait_until(
+        lambda: any(leader.actions(cause.value) for cause in causes),
+        20,
+        f"{' or '.join(c.value for c in causes)} in {leader.name}",
+    )
     # The outage's length is the test's parameter, not something to poll for.
     time.sleep(max(0.0, since + OUTAGE_S - time.monotonic()))
 
@@ -65,7 +69,7 @@ def test_postgresql_restart_loses_no_tick_and_no_beat_exits(
     since = time.monotonic()
     cluster.stop()
     try:
-        _hold_outage(leader, since)
+        _hold_outage(leader, since, Action.STORE_UNAVAILABLE)
         rig.assert_all_alive()
     finally:
         up_at = _host_ms()  # the cluster runs on this host: its clock is the store's
@@ -93,7 +97,8 @@ def test_redis_restart_loses_no_tick_and_no_beat_exits(
         for server in servers:
             server.stop()
         try:
-            _hold_outage(leader, since)
+            # The broker's Redis (and, with a Redis lease, the lease's) is down.
+            _hold_outage(leader, since, Action.BROKER_UNAVAILABLE, Action.LEASE_UNAVAILABLE)
             rig.assert_all_alive()
         finally:
             up_at = rig.store.now_ms()
