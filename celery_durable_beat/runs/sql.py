@@ -142,9 +142,11 @@ class SqlRunStore(LazyEngine):
         where: ColumnElement[bool] | None = None
         if item.write_if is WriteIf.OWNER:
             where = runs.c.hostname == stmt.excluded.hostname
-        elif item.write_if is WriteIf.UNLESS_FINISHED:
+        elif item.write_if is WriteIf.UNLESS_ENDED_OTHERWISE:
             where = or_(
-                runs.c.state.in_(_UNFINISHED), runs.c.expires_at_ms < stmt.excluded.updated_at_ms
+                runs.c.state.in_(_UNFINISHED),
+                runs.c.state == stmt.excluded.state,
+                runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
             )
         return self._replace(stmt, where)
 
