@@ -28,8 +28,9 @@ would have recorded is never recorded at all. Only the main process knows, so it
   celery/celery#10226, not by older releases) is left alone by ``hooks._on_failure``, and a cold
   shutdown's kills are no time limit (Celery's ``state.should_terminate``): not recorded here.
 
-Pools: prefork as above; gevent and eventlet call the same callback in-process; threads and
-solo enforce no time limit at all (Celery ignores ``time_limit`` there), so nothing fires.
+Pools: prefork as above; gevent calls the same callback in-process (its ``Timeout``); threads,
+solo and eventlet enforce no hard time limit at all (Celery ignores ``time_limit`` there), so
+nothing fires.
 
 Why not ``Task.Request``: a task may bring a request class of its own, and the guard would have to
 subclass each; an attribute on the request instance leaves every class as it is. The hook holds
