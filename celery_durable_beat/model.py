@@ -198,6 +198,9 @@ class Action(str, Enum):
     """The worker put the dedup guard first on tasks whose class did not run it first."""
     UNKNOWN_TASK = "unknown_task"
     """A worker received a tick whose task it does not have; recorded ``unknown_task``."""
+    TIME_LIMIT = "time_limit"
+    """A tick hit its hard time limit: the worker's main process recorded it ``failed``, even
+    when the pool process was killed before the run claimed the tick."""
     REVOKE_FAILED = "revoke_failed"
     """A run ``replace`` displaced could not be marked revoked or its revoke not broadcast."""
     METRICS_SERVING = "metrics_serving"

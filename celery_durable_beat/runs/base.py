@@ -25,7 +25,9 @@ expiry instant is before that clock's now.
    id exactly one succeeds.
 2. **Settle / write.** A write follows ``WriteIf``: ``ALWAYS`` replaces; ``OWNER`` applies if the
    tick is absent or held by the write's owner; ``UNFINISHED`` applies only if the tick is
-   present and not finished (``FINAL_RUN_STATES``). An applied write holds the state for
+   present and not finished (``FINAL_RUN_STATES``); ``UNLESS_ENDED_OTHERWISE`` applies unless
+   the tick is finished, not expired, in another state than the write's (so absent, expired,
+   unfinished and same-state rows take it, and its owner). An applied write holds the state for
    ``keep_ms`` from now. ``settle`` answers whether it applied.
 3. **Heartbeat** pushes the expiry of ``started`` ticks still held by the given owner to now +
    ``ttl_ms``; ticks of other owners or in other states are left alone.
@@ -89,7 +91,12 @@ class WriteIf(str, Enum):
     """Only if the row is absent or still held by the same owner (the run that writes)."""
     UNFINISHED = "unfinished"
     """Only if the row exists and is not finished (the worker's main process, which does not
-    know the owner: hard time limits and lost pool processes)."""
+    know the owner: lost pool processes)."""
+    UNLESS_ENDED_OTHERWISE = "unless_ended_otherwise"
+    """Unless the row is finished, not expired, in another state than the write's: absent,
+    expired, unfinished and same-state rows take the write and its owner (the worker's main
+    process recording a hard time limit: it may fire before the run claimed its tick, and the
+    terminated pool process may record ``failed`` of its own first)."""
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,10 @@ class MemoryRuns:
             item = replace(item, owner=row.owner or "")
         elif item.write_if is WriteIf.OWNER and row is not None and row.owner != item.owner:
             return False
+        elif item.write_if is WriteIf.UNLESS_ENDED_OTHERWISE:
+            live = self._live(item.key.task_id, now)
+            if live is not None and live.state in FINAL_RUN_STATES and live.state != item.state:
+                return False
         self._put(item, now)
         return True
 

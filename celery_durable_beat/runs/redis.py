@@ -50,6 +50,10 @@ elseif mode == 'unfinished' then
   local state = v and string.match(v, '^([^|]*)|')
   ok = v and state ~= 'succeeded' and state ~= 'failed' and state ~= 'revoked'
     and state ~= 'expired'
+elseif mode == 'unless_ended_otherwise' then
+  local state = v and string.match(v, '^([^|]*)|')
+  ok = (not v) or state == string.match(ARGV[2], '^([^|]*)|') or (state ~= 'succeeded'
+    and state ~= 'failed' and state ~= 'revoked' and state ~= 'expired')
 elseif mode == 'revoke' then
   ok = (not v) or string.match(v, '^([^|]*)|') == 'retried'
 end

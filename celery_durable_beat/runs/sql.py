@@ -139,9 +139,15 @@ class SqlRunStore(LazyEngine):
                 .values(state=item.state.value, updated_at_ms=now, expires_at_ms=now + item.keep_ms)
             )
         stmt = self._row(item.key, item.state, item.owner, item.keep_ms)
-        where = None
+        where: ColumnElement[bool] | None = None
         if item.write_if is WriteIf.OWNER:
             where = runs.c.hostname == stmt.excluded.hostname
+        elif item.write_if is WriteIf.UNLESS_ENDED_OTHERWISE:
+            where = or_(
+                runs.c.state.in_(_UNFINISHED),
+                runs.c.state == stmt.excluded.state,
+                runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
+            )
         return self._replace(stmt, where)
 
     def release(self, task_id: str, owner: str) -> None:

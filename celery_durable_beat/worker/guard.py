@@ -279,9 +279,11 @@ class GuardRuntime:
         # Expired at once: the requeued delivery may claim it.
         self.tracker.write(RunWrite(held.key, RunState.UNKNOWN, held.owner, -1, WriteIf.OWNER))
 
-    def settle_elsewhere(self, key: RunKey, state: RunState, write_if: WriteIf) -> None:
+    def settle_elsewhere(
+        self, key: RunKey, state: RunState, write_if: WriteIf, owner: str = "worker"
+    ) -> None:
         """A state learnt outside the run (the worker's main process: revoked, time limit)."""
-        write = RunWrite(key, state, "worker", self.dedup_ttl_ms, write_if)
+        write = RunWrite(key, state, owner, self.dedup_ttl_ms, write_if)
         self.mirror.settle(write, while_down=True)
         self.tracker.write(write)
 

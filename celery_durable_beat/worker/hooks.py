@@ -19,8 +19,10 @@ How every task gets the guard, whatever its base class and pool:
 
 The guard's ``retry`` records ``retried`` before the retry message is published, so that message
 (same task id, ``retries`` + 1) may claim the tick however soon it arrives. The run's end comes
-from ``task_postrun`` (its state); ``task_revoked`` and hard time limits come from the worker's
-main process, and so does Celery's ``task_unknown`` (a tick whose task this worker does not
+from ``task_postrun`` (its state); ``task_revoked``, lost pool processes and hard time limits
+come from the worker's main process (a limit through a timeout callback each tick's request gets
+at ``task_received``, ``time_limits.py``: recorded even when the pool process was killed before
+its claim), and so does Celery's ``task_unknown`` (a tick whose task this worker does not
 have: recorded ``unknown_task`` against the tick, which the round counts, SPEC §6).
 
 The worker's presence (``presence.py``, SPEC §2 ``require_worker``): a consumer bootstep
@@ -49,7 +51,7 @@ from functools import partial
 from typing import Any, cast
 
 from celery import bootsteps, signals
-from celery.exceptions import Ignore, Reject, TimeLimitExceeded, WorkerLostError
+from celery.exceptions import Ignore, Reject, WorkerLostError
 
 from celery_durable_beat.ids import is_tick_id
 from celery_durable_beat.logs import log_extra
@@ -61,6 +63,7 @@ from celery_durable_beat.worker.guard import GuardRuntime, Held, Refused
 from celery_durable_beat.worker.loopwake import LoopWakeStep
 from celery_durable_beat.worker.origin import periodic_origin
 from celery_durable_beat.worker.presence import consumed_queues
+from celery_durable_beat.worker.time_limits import hook as hook_time_limit
 from celery_durable_beat.worker.tracer import TraceSlot, trace_slot
 
 log = logging.getLogger("celery_durable_beat.worker")
@@ -363,14 +366,22 @@ def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, 
 def _on_failure(
     sender: Any = None, task_id: str | None = None, exception: Any = None, **_: Any
 ) -> None:
-    """Hard time limits and lost pool processes, reported by the main process."""
-    if not isinstance(exception, (TimeLimitExceeded, WorkerLostError)):
+    """Lost pool processes, reported by the main process (a hard time limit's ``task_failure``
+    is left alone: ``time_limits.py`` records the limit, once)."""
+    if not isinstance(exception, WorkerLostError):
         return  # other failures end in the pool process, through task_postrun
     installed = _installation(getattr(sender, "app", None))
     if installed is None or not task_id or not is_tick_id(task_id):
         return
     key = RunKey(task_id, "", 0, Trigger.AUTO.value)
     installed.runtime().settle_elsewhere(key, RunState.FAILED, WriteIf.UNFINISHED)
+
+
+def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
+    """The main process received a task: a tick's request gets the time-limit callback."""
+    installed = _installation(getattr(sender, "app", None))
+    if installed is not None and request is not None and is_tick_id(str(request.id)):
+        hook_time_limit(request, installed.runtime)
 
 
 def _on_unknown(
@@ -421,6 +432,7 @@ def _connect_signals() -> None:
     signals.task_revoked.connect(_on_revoked, weak=False, dispatch_uid="durable_beat_revoked")
     signals.task_failure.connect(_on_failure, weak=False, dispatch_uid="durable_beat_failure")
     signals.task_unknown.connect(_on_unknown, weak=False, dispatch_uid="durable_beat_unknown")
+    signals.task_received.connect(_on_received, weak=False, dispatch_uid="durable_beat_received")
     signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="durable_beat_init")
     signals.worker_shutdown.connect(
         _on_worker_shutdown, weak=False, dispatch_uid="durable_beat_shutdown"

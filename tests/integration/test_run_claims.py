@@ -166,6 +166,34 @@ def test_unfinished_writes_touch_only_unfinished_claims(claims: Claims) -> None:
     assert claims.state(key(T0 + 2000).task_id) is None
 
 
+def test_unless_ended_otherwise_writes_skip_only_other_ends(claims: Claims) -> None:
+    # A hard time limit recorded by the main process: before or after the run's claim, before or
+    # after the killed run's own ``failed``; never over another end.
+    running, done, failed, gone, lapsed = (key(T0 + i * 1000) for i in range(5))
+    claims.claim(running, "w1", 0, MINUTE)
+    settle(claims, done, RunState.SUCCEEDED, "w1")
+    settle(claims, failed, RunState.FAILED, "w1")
+    settle(claims, lapsed, RunState.SUCCEEDED, "w1", keep_ms=1)
+    wait_until(lambda: claims.state(lapsed.task_id) is None, 10, "the 1 ms row to expire")
+    mode = WriteIf.UNLESS_ENDED_OTHERWISE
+    results = [
+        settle(claims, k, RunState.FAILED, "worker:limit", write_if=mode)
+        for k in (running, done, failed, gone, lapsed)
+    ]
+    assert results == [True, False, True, True, True]
+    assert [claims.state(k.task_id) for k in (running, done, failed, gone, lapsed)] == [
+        RunState.FAILED,
+        RunState.SUCCEEDED,
+        RunState.FAILED,
+        RunState.FAILED,
+        RunState.FAILED,
+    ]
+    # The killed run's own write comes too late: not its claim any more.
+    assert not settle(claims, running, RunState.FAILED, "w1")
+    # The claim it recorded refuses the run that comes too late.
+    assert claims.claim(gone, "w2", 0, MINUTE) is RunState.FAILED
+
+
 def test_heartbeat_pushes_on_only_the_owners_started_claim(claims: Claims) -> None:
     alive, done, other = key(T0), key(T0 + 1000), key(T0 + 2000)
     # 2 s, not less: the heartbeat must land before the claims expire even on a loaded machine.

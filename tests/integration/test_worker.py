@@ -9,6 +9,7 @@ processes on a Redis broker, where claims live in Redis, for every pool and for 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import signal
 import time
@@ -22,11 +23,13 @@ import psycopg
 import pytest
 from celery import Celery, Task
 from celery.contrib.testing.worker import start_worker
+from kombu import serialization
 
-from celery_durable_beat import install, periodic_origin
+from celery_durable_beat import DurableBeat, install, periodic_origin
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Action, Trigger
-from celery_durable_beat.runs.base import RunState
+from celery_durable_beat.runs.base import RunRecord, RunState
+from celery_durable_beat.runs.sql import SqlRunStore
 from celery_durable_beat.worker import counters
 from tests.conftest import PG_ADMIN_URL
 from tests.support.procs import CeleryProcess, wait_until
@@ -248,14 +251,99 @@ def test_a_retried_tick_runs_each_retry(make_rig: Any) -> None:
     assert all(r["id"] == task_id for r in rig.rows())
 
 
-def test_a_failing_tick_and_a_hard_time_limit_are_recorded_failed(make_rig: Any) -> None:
+def test_a_failing_tick_is_recorded_failed(make_rig: Any) -> None:
     rig = make_rig()
     rig.worker("prefork", 2)
-    broken, slow = tick_task_id("Broken", T0), tick_task_id("Slow", T0)
+    broken = tick_task_id("Broken", T0)
     rig.send("procapp.broken", broken, tick_headers("Broken", T0))
-    rig.send("procapp.sleepy", slow, tick_headers("Slow", T0), args=(30,), time_limit=1)
     wait_until(lambda: rig.state(broken) is RunState.FAILED, 20, "broken: failed")
-    wait_until(lambda: rig.state(slow) is RunState.FAILED, 20, "time limit: failed")
+
+
+# -- a hard time limit, before and after the guard's claim (worker/time_limits.py) -------------
+
+STALL_SERIALIZER, STALL_CONTENT_TYPE = "procapp-stall", "application/x-procapp-stall"
+"""procapp's serializer whose decoding stalls a pool process before the tracer (and the guard's
+claim) is reached; the sender only encodes (JSON)."""
+serialization.register(
+    STALL_SERIALIZER,
+    json.dumps,
+    json.loads,
+    content_type=STALL_CONTENT_TYPE,
+    content_encoding="utf-8",
+)
+
+
+@pytest.fixture(params=["claims in Redis", "claims in the store"])
+def limit_rig(request: pytest.FixtureRequest, tmp_path: Path, pg_url: str) -> Iterator[ProcessRig]:
+    """A rig on a Redis broker (claims in Redis) or on RabbitMQ (claims in the store)."""
+    with rig_factory(tmp_path, ProcessRig) as make:
+        if request.param == "claims in Redis":
+            yield make(pg_url, request.getfixturevalue("redis_url"))
+        else:
+            queue = f"limit-{uuid.uuid4().hex[:8]}"
+            yield make(pg_url, request.getfixturevalue("amqp_url"), queue=queue)
+
+
+def _trigger_with_limit(rig: ProcessRig, name: str, task: str, **options: Any) -> str:
+    """A manual run of a schedule of ``task`` with a 1 s hard time limit (recorded ``enqueued``,
+    so history shows it); its task id."""
+    app = Celery("operator", broker=rig.broker_url, set_as_current=False)
+    app.conf.durable_beat_url = rig.store_url
+    with DurableBeat(app) as control:
+        options = {"time_limit": 1, "queue": rig.queue, **options}
+        entry = {"task": task, "schedule": "0 3 * * *", "args": [60], "options": options}
+        control.upsert(name, entry)
+        return control.trigger(name).task_id
+
+
+def _assert_recorded_failed_once(
+    rig: ProcessRig, worker: CeleryProcess, name: str, task_id: str
+) -> None:
+    wait_until(lambda: rig.state(task_id) is RunState.FAILED, 30, "the tick recorded failed")
+    worker.wait_for("exited with 'signal", 30)  # killed after Celery's on_timeout returned
+    record = run_row_record(rig.store_url, task_id)
+    assert record is not None and record.owner == "worker:time_limit"  # the reason
+    if rig.broker_url.startswith("redis"):  # the claim, in Redis, settled alike
+        assert rig.redis.get(f"durable_beat:run:{task_id}") == b"failed|0|worker:time_limit"
+    limits = worker.actions(Action.TIME_LIMIT.value)
+    assert len(limits) == 1 and task_id in limits[0]["message"], limits
+    (event,) = [e for e in rig.history(name) if e.task_id == task_id]
+    assert (event.outcome.value, event.trigger.value, event.run_state) == (
+        "enqueued",
+        "manual",
+        "failed",
+    )
+    assert "Hard time limit (1" in worker.output()
+    assert not rig.rows("end")
+
+
+def run_row_record(url: str, task_id: str) -> RunRecord | None:
+    runs = SqlRunStore(url)
+    try:
+        return runs.get_run(task_id)
+    finally:
+        runs.close()
+
+
+def test_a_hard_time_limit_after_the_claim_is_recorded_failed(limit_rig: ProcessRig) -> None:
+    """The main process holds the limit back until the run started: claimed, then killed."""
+    rig = limit_rig
+    worker = rig.worker("prefork", 1)
+    task_id = _trigger_with_limit(rig, "Claimed", "procapp.started_sleepy")
+    (start,) = wait_until(lambda: rig.rows("start"), 30, "the run to start")
+    assert start["id"] == task_id
+    _assert_recorded_failed_once(rig, worker, "Claimed", task_id)
+    assert [r["id"] for r in rig.signals("task_prerun")] == [task_id]
+
+
+def test_a_hard_time_limit_before_the_claim_is_recorded_failed(limit_rig: ProcessRig) -> None:
+    """The pool process stalls decoding the message, before the tracer: never claimed."""
+    rig = limit_rig
+    worker = rig.worker("prefork", 1)
+    task_id = _trigger_with_limit(rig, "Unclaimed", "procapp.sleepy", serializer=STALL_SERIALIZER)
+    wait_until(lambda: rig.rows("decoding"), 30, "the pool process to accept the job")
+    _assert_recorded_failed_once(rig, worker, "Unclaimed", task_id)
+    assert not rig.rows("start") and not rig.signals("task_prerun")  # the body never ran
 
 
 def _late_tick(

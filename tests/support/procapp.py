@@ -19,6 +19,12 @@ evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE``
 per message the worker's main process received), ``SIGNALS_FILE`` (one JSON line per
 ``task_prerun`` / ``task_postrun`` the user's app saw), ``ACTIONS_FILE`` (one JSON line per log
 record that carries an ``action``: the stable vocabulary tests wait on instead of prose).
+
+Two orders of a hard time limit and the guard's claim, each made certain rather than likely:
+a message serialised with ``STALL_SERIALIZER`` stalls its pool process while the body is
+decoded, which Celery does before it calls the (guarded) tracer, so before the claim; the task
+``procapp.started_sleepy`` holds the main process's event loop, which fires the limit, until its
+run has started (claimed, ``started`` committed to tracking), so after the claim.
 """
 
 from __future__ import annotations
@@ -31,8 +37,12 @@ import time
 from typing import Any
 
 from celery import Celery, Task, signals
+from celery.worker.request import Request
+from kombu.serialization import register
 
 from celery_durable_beat import faults, install, periodic_origin
+from celery_durable_beat.runs.base import RunState
+from celery_durable_beat.runs.sql import SqlRunStore
 
 HEADERS = ("periodic_schedule", "periodic_tick_ms", "periodic_trigger")
 
@@ -79,6 +89,9 @@ if os.environ.get("VISIBILITY_TIMEOUT"):
         "unacked_restore_interval": 1,
         "unacked_restore_throttle": 1,
     }
+STALL_SERIALIZER = "procapp-stall"
+STALL_CONTENT_TYPE = "application/x-procapp-stall"
+app.conf.accept_content = ["json", STALL_CONTENT_TYPE]
 if os.environ.get("GUARD", "1") != "0":
     install(app)
 
@@ -198,3 +211,74 @@ def late_record(self: Any) -> None:
     if origin is not None:
         row.update(schedule=origin.schedule, tick_ms=origin.tick_ms)
     _append("TICKS_FILE", row)
+
+
+# -- a hard time limit before and after the guard's claim ----------------------------------------
+
+_IN_POOL = False
+
+
+@signals.worker_process_init.connect
+def _pool_process(**_: Any) -> None:
+    global _IN_POOL  # noqa: PLW0603 - set once in each pool process
+    _IN_POOL = True
+
+
+def _stalling_loads(body: str | bytes) -> Any:
+    """In a pool process, never returns: the job is accepted (its time limit runs) but the tracer,
+    and so the guard's claim, is never reached. The main process decodes it too, at once."""
+    if _IN_POOL:
+        _append("TICKS_FILE", {"event": "decoding", "pid": os.getpid(), "t": time.time()})
+        while True:
+            time.sleep(1)  # the stall itself: the time limit ends it
+    return json.loads(body)
+
+
+register(
+    STALL_SERIALIZER,
+    json.dumps,
+    _stalling_loads,
+    content_type=STALL_CONTENT_TYPE,
+    content_encoding="utf-8",
+)
+
+
+def _started(task_id: str) -> bool:
+    return any(r.get("id") == task_id for r in _read_ticks() if r.get("event") == "start")
+
+
+def _read_ticks() -> list[dict[str, Any]]:
+    path = os.environ.get("TICKS_FILE")
+    if not path or not os.path.exists(path):
+        return []
+    with open(path) as lines:
+        return [json.loads(line) for line in lines if line.strip()]
+
+
+class StartedBeforeLimit(Request):  # type: ignore[misc]
+    """Holds the main process's event loop, where the hard time limit fires, from the moment the
+    pool process accepted the job until its run has started (or 60 s)."""
+
+    def on_accepted(self, pid: int, time_accepted: float) -> None:
+        super().on_accepted(pid, time_accepted)
+        deadline = time.monotonic() + 60
+        while not _started(self.id) and time.monotonic() < deadline:
+            time.sleep(0.02)  # the hold itself: the limit must not fire before the run starts
+
+
+@app.task(name="procapp.started_sleepy", bind=True, Request=StartedBeforeLimit)
+def started_sleepy(self: Any, seconds: float = 60.0) -> None:
+    """Says it started once its claim is ``started`` in tracking too, then outlives its limit."""
+    runs = SqlRunStore(os.environ["DURABLE_BEAT_URL"])
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            record = runs.get_run(self.request.id)
+            if record is not None and record.state is RunState.STARTED:
+                break
+            time.sleep(0.02)  # the background commit of ``started`` (claims in Redis)
+    finally:
+        runs.close()
+    _append("TICKS_FILE", _row(self, "start"))
+    time.sleep(seconds)
+    _append("TICKS_FILE", _row(self, "end"))
