@@ -71,11 +71,11 @@ class Trial:
         }
 
 
-def publish(broker: str, count: int) -> None:
+def publish(broker: str, count: int, tick0: int = T0) -> None:
     app = Celery("ws-sender", broker=broker, set_as_current=False)
     with app.producer_or_acquire() as producer:
         for i in range(count):
-            name, tick = f"ws-{i % 50:02d}", T0 + i * 1000
+            name, tick = f"ws-{i % 50:02d}", tick0 + i * 1000
             app.send_task(
                 "ws.tick",
                 task_id=tick_task_id(name, tick),
@@ -123,11 +123,13 @@ def run_trial(
     store: str | None = None,
     log: Path | None = None,
     app: str = "tests.support.shutdown_app",
+    tick0: int = T0,
 ) -> Trial:
-    """One trial on ``broker`` (a Redis URL whose database is flushed first)."""
+    """One trial on ``broker`` (a Redis URL whose database is flushed first); ``tick0``: the
+    first tick's instant (trials sharing one store need ticks of their own)."""
     client = redis.Redis.from_url(broker)
     client.flushdb()
-    publish(broker, ticks)
+    publish(broker, ticks, tick0)
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
