@@ -9,9 +9,10 @@ kombu's ``unacked`` hash:
 
     python bench/celery_warm_shutdown_repro.py --broker redis://127.0.0.1:6379/15 --trials 10
 
-Its database is flushed. On Celery 5.7.0 / billiard 4.3.2 / kombu 5.7.0 about half of the trials
-take 31-33 s (py-spy: both pool processes in ``billiard.pool:Worker._ensure_messages_consumed``,
-the main process in ``Pool.join``), and those leave 1-2 already-run messages unacknowledged.
+Its database is flushed. On Celery 5.7.0 / billiard 4.3.2 / kombu 5.7.0 about a third of trials
+take ~32 s (both pool processes in ``billiard.pool:Worker._ensure_messages_consumed``, the main
+process in ``Pool.join``) and leave 1-2 already-run messages unacknowledged; a few more trials
+exit in ~2 s yet leave one unacknowledged.
 
 Cause: ``Consumer.on_close`` -> ``AsynPool.flush`` discards every job whose ACK the main process
 has not read yet, including a job already written to an idle process's pipe. The process runs
