@@ -196,6 +196,9 @@ class Action(str, Enum):
     """Giving the lease up failed (shutdown or fencing); it expires by itself after its TTL."""
     GUARD_INSTALLED = "guard_installed"
     """The worker put the dedup guard first on tasks whose class did not run it first."""
+    SHUTDOWN_JOBS_KEPT = "shutdown_jobs_kept"
+    """A warm shutdown kept the jobs pool processes already held, which Celery would drop
+    (``worker/shutdown.py``); debug when this Celery is not one the remedy was verified on."""
     UNKNOWN_TASK = "unknown_task"
     """A worker received a tick whose task it does not have; recorded ``unknown_task``."""
     TIME_LIMIT = "time_limit"

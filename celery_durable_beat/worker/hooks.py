@@ -34,6 +34,10 @@ A second consumer bootstep (``loopwake.LoopWakeStep``) keeps Kombu's event loop 
 its poll while callbacks (task acks) wait in its queue: on RabbitMQ a ``-P solo`` worker otherwise
 stalls up to 10 s after a task now and then (``loopwake.py`` tells why).
 
+A third (``shutdown.WarmShutdownStep``) keeps a warm shutdown of a prefork worker from dropping
+the jobs its pool processes already hold: Celery 5.7 then hangs ~30 s and leaves their messages
+unacknowledged although they ran (``shutdown.py`` tells why).
+
 A task without the headers costs one attribute lookup: no store, no Redis.
 """
 
@@ -63,6 +67,7 @@ from celery_durable_beat.worker.guard import GuardRuntime, Held, Refused
 from celery_durable_beat.worker.loopwake import LoopWakeStep
 from celery_durable_beat.worker.origin import periodic_origin
 from celery_durable_beat.worker.presence import consumed_queues
+from celery_durable_beat.worker.shutdown import WarmShutdownStep
 from celery_durable_beat.worker.time_limits import hook as hook_time_limit
 from celery_durable_beat.worker.tracer import TraceSlot, trace_slot
 
@@ -129,6 +134,7 @@ def install(app: Any) -> None:
     app.Task = guarded_class(app.Task)
     app.steps["consumer"].add(PresenceStep)
     app.steps["consumer"].add(LoopWakeStep)
+    app.steps["consumer"].add(WarmShutdownStep)
     _connect_signals()
 
 
