@@ -259,3 +259,32 @@ def test_check_recommends_redelivery_on_a_redis_broker_only() -> None:
     assert recommend(App("amqp://guest@h//"), unset) == ()
     on = Settings.from_conf({"durable_beat_redeliver_after": 60})
     assert recommend(App("redis://h:6379/0"), on) == ()
+
+
+def test_every_read_surface_shows_a_redelivery_as_trigger_redeliver() -> None:
+    from celery_durable_beat.cli import format as cli_format
+    from celery_durable_beat.control import views
+
+    beat = Beat(probe=Probe())
+    beat.at(T0 + AFTER)
+    beat.at(T0 + AFTER + 5_000)
+    shown = [views.event_view(e) for e in beat.store.history("tick", 10)]
+    assert [v.trigger for v in shown] == ["redeliver", "auto"]
+    assert shown[0].to_json()["trigger"] == "redeliver"
+    table = cli_format.history_table(views.HistoryPage(events=tuple(shown), next_cursor=None))
+    assert "redeliver" in table[1]
+
+
+def test_metrics_count_redeliveries_as_their_own_counter_and_as_ticks() -> None:
+    from celery_durable_beat.clock import SystemClock
+    from celery_durable_beat.metrics import BeatMetrics, SpecRegistry
+
+    registry = SpecRegistry()
+    metrics = BeatMetrics(registry, store=MemoryStore(), clock=SystemClock())
+    assert registry.get_sample_value("durable_beat_redelivered_total") == 0
+    beat = Beat(probe=Probe())
+    beat.at(T0 + AFTER)
+    metrics.redelivered(beat.at(T0 + AFTER + 5_000))
+    assert registry.get_sample_value("durable_beat_redelivered_total") == 1
+    labels = {"outcome": "enqueued", "reason": "", "trigger": "redeliver"}
+    assert registry.get_sample_value("durable_beat_ticks_total", labels) == 1
