@@ -1,15 +1,17 @@
 """The Celery app that ``bench/broker_kill_loss.py`` runs plain workers on.
 
-Nothing from celery_durable_beat: one ``acks_late`` task that appends its own task id to a
-file, one line per execution, with a single unbuffered ``O_APPEND`` write (atomic for a line
-this short, and in the page cache before the task returns, so a SIGKILL of the worker after
-the task ran cannot lose the line). The driver and every worker it spawns read the same
-environment, so they agree on the broker, queue, output file and visibility timeout:
+Nothing from celery_durable_beat (unless ``KLOSS_STORE`` is set, below): one ``acks_late`` task that
+appends its own task id to a file, one line per execution, with a single unbuffered ``O_APPEND``
+write (atomic for a line this short, and in the page cache before the task returns, so a SIGKILL of
+the worker after the task ran cannot lose the line). The driver and every worker it spawns read the
+same environment, so they agree on the broker, queue, output file and visibility timeout:
 
 ``KLOSS_BROKER``  broker URL (Redis database 11 by default, or ``amqp://...``)
 ``KLOSS_QUEUE``   queue name (``kloss-...``)
 ``KLOSS_OUT``     file the task appends its id to
 ``KLOSS_VT``      Redis ``visibility_timeout`` in seconds
+``KLOSS_STORE``   set (``--redeliver``): the durable beat store the ticks are recorded in; the
+                  workers then run ``install(app)`` (claims in ``KLOSS_CLAIMS``, a Redis URL)
 
 On Redis the transport keeps its unacked hash, index and restore mutex under keys derived
 from the queue name, so a run sees only its own messages. The restore sweep runs every 2 s
@@ -55,6 +57,14 @@ app.conf.update(
         redis_transport_options(QUEUE, VISIBILITY_TIMEOUT) if BROKER.startswith("redis") else {}
     ),
 )
+
+
+if os.environ.get("KLOSS_STORE"):  # --redeliver: beat-recorded ticks, guarded workers
+    from celery_durable_beat import install
+
+    app.conf.durable_beat_url = os.environ["KLOSS_STORE"]
+    app.conf.durable_beat_lease_url = os.environ["KLOSS_CLAIMS"]
+    install(app)
 
 
 @app.task(name=TASK_NAME, bind=True, acks_late=True)

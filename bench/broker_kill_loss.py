@@ -40,6 +40,10 @@ What it does, with nothing from celery_durable_beat installed in the worker:
         [--messages 20000] [--top-up 10000] [--kills 200] [--seed N] [--vt 10]
 
 ``--broker amqp://guest:guest@127.0.0.1:5672//`` runs the same against RabbitMQ.
+``--redeliver S`` (Redis) runs it with the package: the messages are ticks recorded ``enqueued``
+in a fresh PostgreSQL store, the workers run ``install(app)`` and the driver runs the leader's
+redelivery sweep (``bench/kill_loss_redeliver.py``); ``lost`` then counts ticks never run
+although redelivery was on.
 """
 
 from __future__ import annotations
@@ -81,6 +85,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-gap", type=float, default=2.0)
     p.add_argument("--vt", type=float, default=10.0, help="Redis visibility_timeout, seconds")
     p.add_argument("--workdir", default=None, help="where ids and worker logs go")
+    p.add_argument(
+        "--redeliver", type=float, default=None, metavar="S",
+        help="ticks recorded in a store, guarded workers, redelivery after S s (Redis only)",
+    )  # fmt: skip
+    p.add_argument("--pg-admin", default="postgresql://postgres@127.0.0.1:5432/test")
     return p.parse_args(argv)
 
 
@@ -100,11 +109,20 @@ class Run:
             "KLOSS_QUEUE": self.name,
             "KLOSS_OUT": str(self.out),
             "KLOSS_VT": str(args.vt),
-            "PYTHONPATH": str(HERE),
+            "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]),
         }
         os.environ.update({k: v for k, v in self.env.items() if k.startswith("KLOSS_")})
         self.ids: list[str] = []
         self.started = 0
+        self.redelivering: Any = None
+        self.store_url: str | None = None
+        if args.redeliver is not None:  # bench/kill_loss_redeliver.py
+            from kill_loss_redeliver import Redelivering, configure
+            from pgdb import make_db
+
+            self.store_url = make_db(args.pg_admin)
+            configure(self.env, self.store_url, args.broker)
+            self.redelivering = Redelivering(self.name, args.redeliver, self.store_url)
 
     @property
     def is_redis(self) -> bool:
@@ -135,6 +153,9 @@ def publish(run: Run, count: int) -> float:
 
     t = time.monotonic()
     first = len(run.ids)
+    if run.redelivering is not None:  # beat-recorded ticks
+        run.ids.extend(run.redelivering.publish(first, count))
+        return time.monotonic() - t
     new = [f"{run.name}-{i:07d}" for i in range(first, first + count)]
     with app.producer_or_acquire() as producer:
         for task_id in new:
@@ -202,7 +223,7 @@ def kill_loop(run: Run, rng: random.Random) -> dict[str, Any]:
 
 def drain(run: Run) -> dict[str, Any]:
     """A last worker, until every id ran or nothing new ran for 3x the visibility timeout."""
-    quiet_limit = 3 * run.args.vt
+    quiet_limit = 3 * run.args.vt + 3 * (run.args.redeliver or 0)
     proc = run.spawn()
     t0 = last_change = time.monotonic()
     seen = -1
@@ -317,9 +338,16 @@ def main(argv: list[str] | None = None) -> int:
     facts["executed_before_drain"] = len(run.executed())
     facts.update(drain(run))
     facts["duration_seconds"] = round(time.monotonic() - t0, 1)
+    if run.redelivering is not None:
+        facts.update(run.redelivering.facts())
     result = report(run, seed, facts)
     print(json.dumps(result, indent=2))
     cleanup(run)
+    if run.redelivering is not None:
+        from pgdb import drop_db
+
+        run.redelivering.close()
+        drop_db(args.pg_admin, str(run.store_url))
     return 1 if result["lost"] else 0
 
 

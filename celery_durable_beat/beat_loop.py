@@ -11,7 +11,10 @@ fixes that. Each round:
    with the lease renewed before each; a sync cut short by a lost lease runs again next time;
 4. asks the store for its clock and the earliest due instant in one query, and claims only when
    something is due (renewing the lease first), so an idle round is one index probe;
-5. between rounds (never while a burst keeps rounds back to back), prunes the history of the
+5. with redelivery on (``durable_beat_redeliver_after``), gives its ``Redeliverer``
+   (``redelivery_sweep.py``) the chance to send lost ticks again: it sweeps at most every few
+   seconds, one indexed query when nothing is watched, never during a burst;
+6. between rounds (never while a burst keeps rounds back to back), prunes the history of the
    schedules it touched: a pass starts at most once a minute and spends at most
    ``PRUNE_BUDGET`` of the TTL per round, ``PRUNE_CHUNK`` schedules per statement; what is left
    waits for the next quiet round.
@@ -43,7 +46,7 @@ from celery_durable_beat.exceptions import (
 from celery_durable_beat.leadership import Leadership
 from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.model import Action, Definition
-from celery_durable_beat.store.base import PRUNE_CHUNK, BeatStore
+from celery_durable_beat.store.base import PRUNE_CHUNK, AuditEvent, BeatStore
 from celery_durable_beat.sync import sync_definitions
 
 # One logger for the whole beat process (scheduler, leadership, loop), as before the split.
@@ -75,8 +78,21 @@ class RoundObserver(Protocol):
     def round_done(self, stats: RoundStats | None, seconds: float) -> None:
         """A leader round completed (``stats`` None: nothing was due), ``seconds`` long."""
 
+    def redelivered(self, events: Sequence[AuditEvent]) -> None:
+        """Lost ticks were sent again, recorded as ``events`` (trigger ``redeliver``)."""
+
     def close(self) -> None:
         """Beat is shutting down; idempotent."""
+
+
+class Redeliverer(Protocol):
+    """The redelivery sweep as the loop sees it (``redelivery_sweep.RedeliverySweep``)."""
+
+    def maybe_sweep(self, now_ms: int, epoch: int) -> Sequence[AuditEvent]:
+        """Sweep if it is time; the redeliveries recorded. Raises ``StaleEpoch`` if fenced."""
+
+    def close(self) -> None:
+        """Release what the sweep holds; idempotent."""
 
 
 class _NoObserver:
@@ -89,6 +105,9 @@ class _NoObserver:
         pass
 
     def round_done(self, stats: RoundStats | None, seconds: float) -> None:
+        pass
+
+    def redelivered(self, events: Sequence[AuditEvent]) -> None:
         pass
 
     def close(self) -> None:
@@ -111,9 +130,12 @@ class BeatLoop:
         history_keep: int,
         broker_errors: tuple[type[Exception], ...] = BASIC_BROKER_ERRORS,
         observer: RoundObserver = NO_OBSERVER,
+        redelivery: Redeliverer | None = None,
     ) -> None:
-        """``definitions`` is what config sync makes the store hold; None turns sync off."""
+        """``definitions`` is what config sync makes the store hold; None turns sync off;
+        ``redelivery`` None: lost ticks are not sent again."""
         self.observer = observer
+        self.redelivery = redelivery
         self._started = 0.0
         self.store = store
         self.dispatcher = dispatcher
@@ -236,6 +258,7 @@ class BeatLoop:
             if not self.broker_down:  # idle rounds between broker retries keep the backoff
                 self.failures = 0
             self._observe_round(None)
+            self._redeliver(now_ms)
             self._maybe_prune(now_ms)  # a quiet moment: finish a pass cut short by its budget
             return self.delay(due, now_ms)
         if not self.leadership.acquire(fresh_for=0.0):  # renewed before anything is published
@@ -253,9 +276,18 @@ class BeatLoop:
             return 0.0  # stopped early for the lease: renew (or learn who leads) right away
         if stats.claimed >= self.dispatcher.batch_size:
             return 0.0  # a burst: the next round now, pruning waits until it is over
+        self._redeliver(now_ms)
         self._maybe_prune(now_ms)
         now_ms, due = self.store.clock_and_earliest_due()
         return self.delay(due, now_ms)
+
+    def _redeliver(self, now_ms: int) -> None:
+        """Let the sweep send lost ticks again, as the leader of this epoch (fenced)."""
+        if self.redelivery is None or not self.leadership.still_leader():
+            return
+        events = self.redelivery.maybe_sweep(now_ms, self.leadership.epoch)
+        if events:
+            self._observe(self.observer.redelivered, events)
 
     def delay(self, due_ms: int | None, now_ms: int) -> float:
         """A leader's sleep: until the earliest due instant, at most ``max_sleep``."""
@@ -308,6 +340,8 @@ class BeatLoop:
         store and the observer (the metrics server)."""
         try:
             self.leadership.close()
+            if self.redelivery is not None:
+                self.redelivery.close()
             self.dispatcher.gate.close()
             self.store.close()
         finally:

@@ -118,6 +118,7 @@ class Dispatcher:
         gate: Gate = OPEN_GATE,
         still_leader: Callable[[], bool] | None = None,
         recheck_ms: int = 1000,
+        redeliver_after_ms: int | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -131,6 +132,8 @@ class Dispatcher:
         self.still_leader = still_leader
         # How soon a held ``buffer_one`` tick looks at its previous run again.
         self.recheck_ms = recheck_ms
+        # Redelivery on (SPEC §6): each ``enqueued`` record is watched from this long after now.
+        self.redeliver_after_ms = redeliver_after_ms
 
     def run_round(self, now_ms: int, epoch: int) -> RoundStats:
         stats = RoundStats()
@@ -145,6 +148,8 @@ class Dispatcher:
                 existing = claim.enqueued_task_ids(ids) if ids else set()
             advances = self._publish_all(work, existing, now_ms, stats)
             advances += [_quarantine_unplannable(due, now_ms, stats) for due in broken]
+            if self.redeliver_after_ms is not None:
+                stats.events = _watched(stats.events, now_ms + self.redeliver_after_ms)
             applied = self.store.settle(stats.events, advances, epoch)
         except BaseException:
             self.gate.after_settle(())  # what the round displaced stays: nothing new is safe
@@ -362,6 +367,13 @@ class Dispatcher:
             state=state,
             buffered_tick_ms=held if state is ScheduleState.ACTIVE else None,
         )
+
+
+def _watched(events: Sequence[AuditEvent], recheck_ms: int) -> list[AuditEvent]:
+    """The round's records, each ``enqueued`` one watched for redelivery from ``recheck_ms``."""
+    return [
+        replace(e, recheck_ms=recheck_ms) if e.outcome is Outcome.ENQUEUED else e for e in events
+    ]
 
 
 def _learn(work: Sequence[_Work], previous: PreviousRuns) -> None:

@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -35,7 +35,7 @@ from celery_durable_beat.dispatch import RoundStats
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action, Outcome, ScheduleState
-from celery_durable_beat.store.base import StatusStore
+from celery_durable_beat.store.base import AuditEvent, StatusStore
 
 log = logging.getLogger("celery_durable_beat.metrics")
 
@@ -56,8 +56,10 @@ DUE_BACKLOG = "durable_beat_due_backlog"
 SCHEDULES = "durable_beat_schedules"
 LEADER = "durable_beat_leader"
 FENCING_EPOCH = "durable_beat_fencing_epoch"
+REDELIVERED = "durable_beat_redelivered_total"
 METRIC_NAMES = (
     TICKS, DISPATCH_LAG, ROUND, LAST_ROUND, DUE_BACKLOG, SCHEDULES, LEADER, FENCING_EPOCH,
+    REDELIVERED,
 )  # fmt: skip
 """Every metric name of SPEC §10, as exposed (docs/metrics.md lists each; a test checks it)."""
 
@@ -70,6 +72,7 @@ HELP = {
     SCHEDULES: "Schedules in the store, by state.",
     LEADER: "1 while this beat leads, 0 on a standby.",
     FENCING_EPOCH: "The fencing epoch: this beat's when it leads, the newest seen otherwise.",
+    REDELIVERED: "Lost ticks this beat published again with their task id (SPEC §6).",
 }
 
 LAG_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
@@ -137,6 +140,7 @@ class BeatMetrics:
         self.schedules = Gauge(SCHEDULES, HELP[SCHEDULES], ["state"], registry=registry)
         self.leader = Gauge(LEADER, HELP[LEADER], registry=registry)
         self.epoch = Gauge(FENCING_EPOCH, HELP[FENCING_EPOCH], registry=registry)
+        self.redelivered_total = Counter(REDELIVERED, HELP[REDELIVERED], registry=registry)
         for state in ScheduleState:  # every state is a series from the first scrape on
             self.schedules.labels(state.value)
 
@@ -194,6 +198,12 @@ class BeatMetrics:
                 self.lag.observe(event.lag_ms / 1000)
         for (outcome, reason, trigger), count in tally.items():
             self.ticks.labels(outcome, reason, trigger).inc(count)
+
+    def redelivered(self, events: Sequence[AuditEvent]) -> None:
+        """Count lost ticks sent again, also as ticks (trigger ``redeliver``)."""
+        self.redelivered_total.inc(len(events))
+        for event in events:
+            self.ticks.labels(event.outcome.value, event.reason or "", event.trigger.value).inc()
 
     def close(self) -> None:
         """Stop serving; idempotent."""

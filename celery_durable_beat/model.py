@@ -73,6 +73,9 @@ class Trigger(str, Enum):
     """A planned occurrence, dispatched by the leader."""
     MANUAL = "manual"
     """A ``trigger`` call; it moves no next tick and skips the overlap and missed policies."""
+    REDELIVER = "redeliver"
+    """A tick recorded ``enqueued`` that the broker lost, published again with the same task id
+    (``durable_beat_redeliver_after``, SPEC §6); its message is the tick's own (header ``auto``)."""
 
 
 class Outcome(str, Enum):
@@ -212,6 +215,14 @@ class Action(str, Enum):
     """``pause_on_failure`` paused a schedule: its last N runs failed."""
     METRICS_FAILED = "metrics_failed"
     """Metrics could not be updated (e.g. the store did not answer their read); beat goes on."""
+    REDELIVERED = "redelivered"
+    """A lost tick (unclaimed, with evidence of loss) was published again with its task id."""
+    REDELIVERY_GAVE_UP = "redelivery_gave_up"
+    """A lost tick is not sent again: ``durable_beat_redeliver_max`` reached, or its schedule
+    is gone or changed since the tick was published."""
+    REDELIVERY_PROBE_FAILED = "redelivery_probe_failed"
+    """The broker could not be asked whether a tick's message is still there (logged once per
+    outage); no tick is redelivered on the broker's evidence meanwhile."""
 
 
 def canonical_hash(canonical_json: str) -> str:

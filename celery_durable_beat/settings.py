@@ -96,6 +96,37 @@ class Settings(BaseModel):
     worker_ttl: float = Field(60.0, gt=0)
     """Seconds after which a worker with ``install(app)`` that has not announced itself counts
     as gone (``require_worker``, ``status``); workers announce every third of it."""
+    redeliver_after: float | None = None
+    """Seconds an ``enqueued`` tick may stay unclaimed before the leader looks for evidence that
+    the broker lost it and, if so, publishes it again with its task id (SPEC §6,
+    ``redelivery.py``); unset: off. Needs ``install(app)`` on the workers (the guard makes a
+    second copy harmless)."""
+    redeliver_max: int = 3
+    """Most redeliveries of one tick after its first publish."""
+
+    @field_validator("redeliver_after", mode="before")
+    @classmethod
+    def _positive_seconds(cls, value: Any) -> Any:
+        """A zero, negative or non-numeric delay would redeliver at once or never: refused with
+        what to write instead."""
+        if value is None:
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ValueError(
+                "must be a number of seconds greater than 0 (e.g. 60); leave it unset to turn "
+                "redelivery off"
+            )
+        return float(value)
+
+    @field_validator("redeliver_max", mode="before")
+    @classmethod
+    def _count(cls, value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(
+                "must be a whole number of redeliveries, 0 or more (default 3; 0 never sends a "
+                "tick again)"
+            )
+        return value
 
     @classmethod
     def from_conf(cls, conf: Any, environ: dict[str, str] | None = None) -> Settings:

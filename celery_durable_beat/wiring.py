@@ -7,17 +7,52 @@ from __future__ import annotations
 from typing import Any
 
 from celery_durable_beat.backends import make_lease, make_publisher, make_store
-from celery_durable_beat.beat_loop import BASIC_BROKER_ERRORS, NO_OBSERVER, BeatLoop, RoundObserver
+from celery_durable_beat.beat_loop import (
+    BASIC_BROKER_ERRORS,
+    NO_OBSERVER,
+    BeatLoop,
+    Redeliverer,
+    RoundObserver,
+)
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.gates.base import Gate
 from celery_durable_beat.leadership import Leadership
+from celery_durable_beat.runs.base import Runs
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import Store
 
 
-def make_gate(app: Any, settings: Settings, store: Store) -> Gate:
+def make_redelivery(app: Any, settings: Settings, store: Store, runs: Runs) -> Redeliverer | None:
+    """The redelivery sweep (SPEC §6) when ``durable_beat_redeliver_after`` is set: on the
+    round's runs and its own publisher, with the broker probe on a Redis broker (FIFO evidence
+    elsewhere, ``redelivery.py``)."""
+    if settings.redeliver_after is None:
+        return None
+    from celery_durable_beat.gates.live_queues import QueueRouter
+    from celery_durable_beat.publish.redis_probe import RedisProbe
+    from celery_durable_beat.redelivery import RedeliveryPolicy
+    from celery_durable_beat.redelivery_sweep import RedeliverySweep
+
+    policy = RedeliveryPolicy(round(settings.redeliver_after * 1000), settings.redeliver_max)
+    return RedeliverySweep(
+        store,
+        make_publisher(app, settings),
+        runs,
+        policy,
+        queue_of=QueueRouter(app),
+        probe=RedisProbe(app) if is_redis_broker(app) else None,
+    )
+
+
+def is_redis_broker(app: Any) -> bool:
+    """Whether ``app`` publishes through kombu's Redis transport (Sentinel included)."""
+    transport = app.connection_for_write().transport
+    return getattr(transport, "driver_type", None) == "redis"
+
+
+def make_gate(app: Any, settings: Settings, store: Store, runs: Runs | None = None) -> Gate:
     """The round's one gate (SPEC §2, §6): overlap, unknown tasks, failing streaks and live
     queues, all on one run tracking picked here (closed with the gate).
 
@@ -28,7 +63,7 @@ def make_gate(app: Any, settings: Settings, store: Store) -> Gate:
     from celery_durable_beat.gates.round_gate import RoundGate
     from celery_durable_beat.runs.factory import make_runs
 
-    return RoundGate(app, settings, make_runs(app, settings, store.url))
+    return RoundGate(app, settings, runs or make_runs(app, settings, store.url))
 
 
 def make_observer(settings: Settings, store: Store, clock: Clock) -> RoundObserver:
@@ -84,15 +119,20 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
     except ConfigError:
         store.close()
         raise
+    from celery_durable_beat.runs.factory import make_runs
+
     leadership = Leadership(lease, store, clock, poll_interval=settings.poll_interval)
+    runs = make_runs(app, settings, store.url)
+    after = settings.redeliver_after
     dispatcher = Dispatcher(
         store,
         make_publisher(app, settings),
         batch_size=settings.batch_size,
         quarantine_after=settings.quarantine_after,
-        gate=make_gate(app, settings, store),
+        gate=make_gate(app, settings, store, runs),
         still_leader=leadership.keep_leading,
         recheck_ms=round(settings.poll_interval * 1000),
+        redeliver_after_ms=None if after is None else round(after * 1000),
     )
     return BeatLoop(
         store,
@@ -102,4 +142,5 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
         history_keep=settings.history_keep,
         broker_errors=(KombuOperationalError, *BASIC_BROKER_ERRORS),
         observer=observer,
+        redelivery=make_redelivery(app, settings, store, runs),
     )

@@ -334,6 +334,8 @@ def check(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{checked.schedules} schedules OK")
     else:  # the form beat logs when it refuses: the count, then one problem a line
         click.echo(f"beat would refuse to start: {checked.error()}", err=True)
+    for advice in [] if as_json else checked.recommendations:
+        click.echo(f"recommended: {advice}", err=True)
     if not checked.ok:
         ctx.exit(EXIT_CODES["invalid input"])
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem
+from celery_durable_beat.redis_client import is_redis_url
 from celery_durable_beat.settings import PREFIX, Settings
 
 
@@ -27,6 +28,9 @@ class ConfigCheck:
     problems: tuple[ConfigProblem, ...]
     settings: Settings
     """The settings to operate with: invalid ones replaced by their defaults."""
+    recommendations: tuple[str, ...] = ()
+    """Advice that does not stop beat (``check`` prints it on stderr, exit 0): e.g. turning
+    redelivery on where the broker can lose recorded ticks."""
 
     @property
     def ok(self) -> bool:
@@ -38,7 +42,12 @@ class ConfigCheck:
 
     def to_json(self) -> dict[str, Any]:
         problems = [{"entry": p.entry, "field": p.field, "problem": str(p)} for p in self.problems]
-        return {"ok": self.ok, "schedules": self.schedules, "problems": problems}
+        return {
+            "ok": self.ok,
+            "schedules": self.schedules,
+            "problems": problems,
+            "recommendations": list(self.recommendations),
+        }
 
 
 def check_config(app: Any) -> ConfigCheck:
@@ -54,7 +63,29 @@ def check_config(app: Any) -> ConfigCheck:
         schedules = len(definitions_from_app(app, settings))
     except ConfigError as exc:
         problems.extend(exc.problems)
-    return ConfigCheck(schedules, tuple(problems), settings)
+    return ConfigCheck(schedules, tuple(problems), settings, recommend(app, settings))
+
+
+REDELIVERY_ADVICE = (
+    "durable_beat_redeliver_after is unset and the broker is Redis: a tick recorded enqueued "
+    "is lost for good if a worker is SIGKILLed inside kombu's BRPOP/unacked window, the Redis "
+    "broker restarts without persistence or a queue is deleted; set it (e.g. "
+    "durable_beat_redeliver_after = 60, with install(app) on the workers) so beat sends such "
+    "ticks again (docs/high-availability.md)"
+)
+
+
+def recommend(app: Any, settings: Settings) -> tuple[str, ...]:
+    """What ``check`` advises for this app (no I/O: the broker is judged by its URL)."""
+    if settings.redeliver_after is None and _redis_broker(app):
+        return (REDELIVERY_ADVICE,)
+    return ()
+
+
+def _redis_broker(app: Any) -> bool:
+    url = app.conf.get("broker_url") or ""
+    first = url[0] if isinstance(url, (list, tuple)) and url else url
+    return isinstance(first, str) and is_redis_url(first.split(";")[0])
 
 
 def lenient_settings(conf: Any) -> Settings:

@@ -30,6 +30,8 @@ from celery_durable_beat.store.values import (
     ConfigChange,
     DueSchedule,
     LeaderInfo,
+    Recheck,
+    RedeliveryCandidate,
     ScheduleRecord,
     StoredDigest,
     StoredEvent,
@@ -48,6 +50,8 @@ __all__ = [
     "ControlStore",
     "DueSchedule",
     "LeaderInfo",
+    "Recheck",
+    "RedeliveryCandidate",
     "RoundStore",
     "ScheduleRecord",
     "SchemaStore",
@@ -118,6 +122,17 @@ class RoundStore(Protocol):
        surplus of many schedules with one statement per ``PRUNE_CHUNK`` names, so its cost
        follows the number of chunks, never one round trip per schedule; what survives is
        ``rules.prunable``'s choice.
+    11. **Redelivery is watched through the first record, fenced.** An ``enqueued`` event given
+        to ``settle`` with ``recheck_ms`` is watched: ``redelivery_candidates(now_ms, limit)``
+        returns at most ``limit`` watched records whose ``recheck_ms <= now_ms``, earliest
+        first, from one query on an index that holds the watched records only (so an idle
+        check costs one probe whatever the history), each with its schedule as it is now.
+        ``settle_redeliveries(events, rechecks, epoch)`` writes the redeliveries' records
+        (outcome ``enqueued``, trigger ``redeliver``, the tick's task id again: they are not
+        first records, rule 3 leaves them out, ``rules.is_first_enqueued``) and then each
+        recheck (``recheck_ms`` None: never watched again) in one transaction, fenced as rule 4
+        says: an older epoch raises ``StaleEpoch`` and writes nothing. A record pruned meanwhile
+        is simply gone (its recheck changes nothing).
     """
 
     def now_ms(self) -> int:
@@ -144,6 +159,14 @@ class RoundStore(Protocol):
     def prune_history(self, names: Sequence[str], keep: int) -> int:
         """Keep the newest ``keep`` events of each named schedule; return how many were removed
         (one statement per ``PRUNE_CHUNK`` names, rule 8)."""
+
+    def redelivery_candidates(self, now_ms: int, limit: int) -> list[RedeliveryCandidate]:
+        """The watched ticks whose recheck is due, earliest first (rule 11)."""
+
+    def settle_redeliveries(
+        self, events: Sequence[AuditEvent], rechecks: Sequence[Recheck], epoch: int
+    ) -> None:
+        """Redeliveries' records, then the rechecks, in one fenced transaction (rule 11)."""
 
 
 class SyncStore(Protocol):

@@ -46,7 +46,7 @@ from celery_durable_beat.model import (
     StateReason,
     Trigger,
 )
-from celery_durable_beat.store.memory_rows import Fence, Row, to_stored
+from celery_durable_beat.store.memory_rows import Fence, Row, Watched, to_stored
 from celery_durable_beat.store.rules import (
     advance_applies,
     check_advances,
@@ -55,11 +55,11 @@ from celery_durable_beat.store.rules import (
     check_manual,
     decide_change,
     decide_upsert,
+    is_first_enqueued,
     prunable,
     refuse_stale,
     state_values,
     storable_key,
-    stored_value,
 )
 from celery_durable_beat.store.values import (
     Advance,
@@ -67,6 +67,8 @@ from celery_durable_beat.store.values import (
     ConfigChange,
     DueSchedule,
     LeaderInfo,
+    Recheck,
+    RedeliveryCandidate,
     ScheduleRecord,
     StoredDigest,
     StoredEvent,
@@ -95,6 +97,7 @@ class MemoryStore:
         self._rows: dict[str, Row] = {}  # by lower-cased name
         self._events: dict[str, list[StoredEvent]] = {}  # by lower-cased name, oldest first
         self._enqueued: dict[str, StoredEvent] = {}  # by task id
+        self._watched: dict[int, Watched] = {}  # rule 11, by record id
         self._fence = Fence()
         self._next_row_id = 1
         self._next_event_id = 1
@@ -311,10 +314,35 @@ class MemoryStore:
                 if drop:
                     self._events[key] = [event for event in events if event.id not in drop]
                     for event in events:
-                        if event.id in drop and event.outcome is Outcome.ENQUEUED:
+                        if event.id in drop and self._enqueued.get(event.task_id or "") is event:
                             self._enqueued.pop(event.task_id or "", None)
+                        if event.id in drop:
+                            self._watched.pop(event.id, None)
                     removed += len(drop)
         return removed
+
+    # -- redelivery (rule 11) ---------------------------------------------------------------
+    def redelivery_candidates(self, now_ms: int, limit: int) -> list[RedeliveryCandidate]:
+        check_at_least("redelivery_candidates limit", limit, 1)
+        with self._lock:
+            due = sorted(
+                (w for w in self._watched.values() if w.recheck_ms <= now_ms),
+                key=lambda w: (w.recheck_ms, w.event.id),
+            )[:limit]
+            return [w.candidate(self._rows.get(name_key(w.event.schedule))) for w in due]
+
+    def settle_redeliveries(
+        self, events: Sequence[AuditEvent], rechecks: Sequence[Recheck], epoch: int
+    ) -> None:
+        with self._lock:
+            now = self._check_fence(epoch)
+            self._insert_events([_Pending(event, epoch, now) for event in events])
+            for item in rechecks:
+                watched = self._watched.get(item.record_id)
+                if watched is not None and item.recheck_ms is None:
+                    del self._watched[item.record_id]
+                elif watched is not None:
+                    watched.move(item)
 
     # -- status -------------------------------------------------------------------------------
     def counts_by_state(self) -> dict[str, int]:
@@ -367,14 +395,16 @@ class MemoryStore:
     def _insert_events(self, pending: Sequence[_Pending]) -> None:
         for item in pending:
             event = item.event
-            outcome = Outcome(stored_value(event.outcome))
-            if outcome is Outcome.ENQUEUED and event.task_id in self._enqueued:
+            first = is_first_enqueued(event)
+            if first and event.task_id in self._enqueued:
                 continue  # rule 3: a replayed enqueued record is ignored, never an error
             stored = to_stored(self._next_event_id, event, item.epoch, item.now)
             self._next_event_id += 1
             self._events.setdefault(name_key(event.schedule), []).append(stored)
-            if outcome is Outcome.ENQUEUED and event.task_id is not None:
+            if first and event.task_id is not None:
                 self._enqueued[event.task_id] = stored
+                if event.recheck_ms is not None:  # rule 11
+                    self._watched[stored.id] = Watched(stored, event.recheck_ms)
 
     def _with_run_state(self, event: StoredEvent) -> StoredEvent:
         if event.task_id is None:

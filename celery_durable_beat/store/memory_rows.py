@@ -28,6 +28,8 @@ from celery_durable_beat.store.values import (
     Advance,
     AuditEvent,
     DueSchedule,
+    Recheck,
+    RedeliveryCandidate,
     ScheduleRecord,
     StoredEvent,
     StoredRow,
@@ -217,4 +219,38 @@ class Fence:
             holder=self.holder,
             expires_at_ms=self.expires,
             remaining_ms=None if self.expires is None else max(0, self.expires - now),
+        )
+
+
+@dataclass(slots=True)
+class Watched:
+    """A tick's first ``enqueued`` record the leader watches for redelivery (store rule 11): the
+    three columns of ``durable_beat_audit`` that hold it."""
+
+    event: StoredEvent
+    recheck_ms: int
+    sent_ms: int | None = None
+    redeliveries: int = 0
+
+    def move(self, item: Recheck) -> None:
+        assert item.recheck_ms is not None  # a record no longer watched is dropped instead
+        self.recheck_ms = item.recheck_ms
+        self.sent_ms = item.sent_ms
+        self.redeliveries = item.redeliveries
+
+    def candidate(self, row: Row | None) -> RedeliveryCandidate:
+        event = self.event
+        assert event.task_id is not None  # only first enqueued records are watched
+        return RedeliveryCandidate(
+            record_id=event.id,
+            schedule=event.schedule,
+            tick_ms=event.tick_ms,
+            task_id=event.task_id,
+            version=event.version,
+            recorded_at_ms=event.recorded_at_ms,
+            sent_ms=event.recorded_at_ms if self.sent_ms is None else self.sent_ms,
+            redeliveries=self.redeliveries,
+            recheck_ms=self.recheck_ms,
+            definition=None if row is None else row.definition,
+            schedule_version=None if row is None else row.version,
         )

@@ -86,6 +86,16 @@ def refuse_stale(epoch: int, newest: int, writer: str = "a write") -> None:
         )
 
 
+def is_first_enqueued(event: AuditEvent) -> bool:
+    """Rule 3's unique record of a tick: ``enqueued`` and not a redelivery's (rule 11), whose
+    record repeats the tick's task id."""
+    return (
+        stored_value(event.outcome) == Outcome.ENQUEUED.value
+        and stored_value(event.trigger) != Trigger.REDELIVER.value
+        and event.task_id is not None
+    )
+
+
 def check_manual(event: AuditEvent) -> None:
     """Rule 10: only a manual run's record is written outside the fence."""
     if stored_value(event.trigger) != Trigger.MANUAL.value:

@@ -22,6 +22,7 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    and_,
     literal_column,
 )
 
@@ -96,13 +97,29 @@ audit = Table(
     Column("epoch", BigInteger(), nullable=False),
     Column("recorded_at_ms", BigInteger(), nullable=False),
     Column("detail", JSON(), nullable=False),
+    # Redelivery (SPEC §6), on a tick's first ``enqueued`` record only: when the leader looks
+    # at it next (NULL: never again — claimed, given up, or redelivery off), when it was last
+    # published (NULL: when it was recorded) and how many times it was published again.
+    Column("recheck_ms", BigInteger(), nullable=True),
+    Column("sent_ms", BigInteger(), nullable=True),
+    Column("redeliveries", Integer(), nullable=True),
 )
 Index("ix_durable_beat_audit_schedule_key_id", audit.c.schedule_key, audit.c.id)
 
-ENQUEUED = audit.c.outcome == literal_column("'enqueued'")
-"""The partial unique index's predicate, as SQL text rather than a bound parameter: queries and
+RECHECK = audit.c.recheck_ms.is_not(None)
+"""The redelivery index's predicate: it holds only the ticks still watched, so an idle check is
+one probe of a tiny index whatever the size of the history."""
+Index("ix_durable_beat_audit_recheck_ms", audit.c.recheck_ms, postgresql_where=RECHECK,
+      sqlite_where=RECHECK)  # fmt: skip
+
+ENQUEUED = and_(
+    audit.c.outcome == literal_column("'enqueued'"),
+    audit.c.trigger != literal_column("'redeliver'"),
+)
+"""The partial unique index's predicate, as SQL text rather than bound parameters: queries and
 ON CONFLICT targets repeat it verbatim so PostgreSQL can match them to the index even in a
-generic (prepared) plan."""
+generic (prepared) plan. A redelivery's own ``enqueued`` record (trigger ``redeliver``) carries
+the tick's task id again and is left out: one tick, one first record, any number of re-sends."""
 
 Index(
     "uq_durable_beat_audit_enqueued_task_id",

@@ -99,6 +99,41 @@ class AuditEvent:
     lag_ms: int | None = None
     version: int = 0
     detail: Mapping[str, Any] = field(default_factory=dict)
+    recheck_ms: int | None = None
+    """Redelivery on (SPEC §6): when the leader first looks whether this ``enqueued`` tick was
+    claimed (its record plus ``durable_beat_redeliver_after``); None: never watched."""
+
+
+@dataclass(frozen=True)
+class RedeliveryCandidate:
+    """A watched tick whose recheck is due (``RoundStore.redelivery_candidates``): its first
+    ``enqueued`` record, and its schedule as it is now (``definition`` None: deleted)."""
+
+    record_id: int
+    schedule: str
+    tick_ms: int
+    task_id: str
+    version: int
+    """The schedule's version when the tick was published."""
+    recorded_at_ms: int
+    sent_ms: int
+    """When it was last published: its record, then its last redelivery."""
+    redeliveries: int
+    recheck_ms: int
+    definition: Definition | None
+    schedule_version: int | None
+    """The schedule's version now (None: deleted); another version means another message."""
+
+
+@dataclass(frozen=True)
+class Recheck:
+    """What the leader decided for one watched tick: look again at ``recheck_ms`` (None: never
+    again), with ``sent_ms`` and ``redeliveries`` as they are now."""
+
+    record_id: int
+    recheck_ms: int | None
+    sent_ms: int
+    redeliveries: int
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ EXPECTED_LABELS = {
     "durable_beat_schedules": {("state",)},
     "durable_beat_leader": {()},
     "durable_beat_fencing_epoch": {()},
+    "durable_beat_redelivered": {()},
 }
 
 

@@ -29,7 +29,7 @@ from celery_durable_beat.model import (
     Trigger,
 )
 from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec
-from celery_durable_beat.store.base import Advance, AuditEvent, Store, UpsertOutcome
+from celery_durable_beat.store.base import Advance, AuditEvent, Recheck, Store, UpsertOutcome
 from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.store.tables import runs
@@ -703,3 +703,71 @@ def test_page_schedules_filters_by_plain_text_and_state_in_name_order(store: Sto
     assert names("", ScheduleState.PAUSED) == (["alphabet"], 1)
     assert names("a", ScheduleState.ACTIVE, offset=1, limit=2) == (["beta%2", "beta_1"], 5)
     assert names("nothing") == ([], 0)
+
+
+def redelivery_record(name: str, tick_ms: int, n: int) -> AuditEvent:
+    return replace(enqueued(name, tick_ms), trigger=Trigger.REDELIVER, detail={"redelivery": n})
+
+
+def test_rule_11_watched_ticks_come_back_when_due_earliest_first(store: Store) -> None:
+    add(store, "job", 1_000)
+    store.register_epoch(1)
+    store.settle(
+        [
+            enqueued("job", 1_000, recheck_ms=5_000, version=1),
+            enqueued("job", 2_000, recheck_ms=4_000, version=1),
+            enqueued("job", 3_000),  # not watched: redelivery was off
+        ],
+        (),
+        epoch=1,
+    )
+    assert store.redelivery_candidates(3_999, 10) == []
+    found = store.redelivery_candidates(5_000, 10)
+    assert [c.tick_ms for c in found] == [2_000, 1_000]
+    first = found[0]
+    assert (first.task_id, first.redeliveries, first.version, first.schedule_version) == (
+        tick_task_id("job", 2_000),
+        0,
+        1,
+        1,
+    )
+    assert first.sent_ms == first.recorded_at_ms
+    assert first.definition is not None and first.definition.name == "job"
+    assert [c.tick_ms for c in store.redelivery_candidates(5_000, 1)] == [2_000]
+
+
+def test_rule_11_redeliveries_are_recorded_beside_the_first_record_and_fenced(
+    store: Store,
+) -> None:
+    add(store, "job", 1_000)
+    store.register_epoch(1)
+    store.settle([enqueued("job", 1_000, recheck_ms=5_000)], (), epoch=1)
+    (c,) = store.redelivery_candidates(5_000, 10)
+    store.settle_redeliveries(
+        [redelivery_record("job", 1_000, 1)],
+        [Recheck(c.record_id, 20_000, 6_000, 1)],
+        epoch=1,
+    )
+    assert store.redelivery_candidates(19_999, 10) == []
+    (again,) = store.redelivery_candidates(20_000, 10)
+    assert (again.sent_ms, again.redeliveries) == (6_000, 1)
+    history = store.history("job", 10)
+    assert [(e.trigger, e.outcome, e.task_id) for e in history] == [
+        (Trigger.REDELIVER, Outcome.ENQUEUED, c.task_id),
+        (Trigger.AUTO, Outcome.ENQUEUED, c.task_id),
+    ]
+    found = store.find_enqueued(c.task_id)
+    assert found is not None and found.trigger is Trigger.AUTO  # the first record, rule 3
+    store.settle([enqueued("job", 1_000)], (), epoch=1)  # a replay is still ignored
+    assert len(store.history("job", 10)) == 2
+    store.register_epoch(2)
+    with pytest.raises(StaleEpoch):
+        store.settle_redeliveries(
+            [redelivery_record("job", 1_000, 2)], [Recheck(c.record_id, None, 7_000, 2)], epoch=1
+        )
+    with pytest.raises(StaleEpoch):
+        store.settle_redeliveries((), [Recheck(c.record_id, None, 7_000, 2)], epoch=1)
+    assert len(store.history("job", 10)) == 2
+    assert len(store.redelivery_candidates(20_000, 10)) == 1
+    store.settle_redeliveries((), [Recheck(c.record_id, None, 6_000, 1)], epoch=2)
+    assert store.redelivery_candidates(10**12, 10) == []

@@ -27,9 +27,10 @@ so a gap there names the worker kill it follows; RabbitMQ has no such window.
       .venv/bin/python -m pytest -m slow tests/reliability/test_soak.py -s
 
 ``DURABLE_BEAT_SOAK_MINUTES`` (30), ``DURABLE_BEAT_SOAK_SCHEDULES`` (50),
-``DURABLE_BEAT_SOAK_SEED`` (printed) and ``DURABLE_BEAT_SOAK_POOL`` (each worker's pool and
-concurrency, ``prefork:2``) change the run; the figures are printed and written to
-``soak-figures.json`` in the test's temporary folder.
+``DURABLE_BEAT_SOAK_SEED`` (printed), ``DURABLE_BEAT_SOAK_POOL`` (each worker's pool and
+concurrency, ``prefork:2``) and ``DURABLE_BEAT_SOAK_REDELIVER`` (``durable_beat_redeliver_after``
+in seconds; unset: off — set, a tick the broker lost is sent again, SPEC §6) change the run;
+the figures are printed and written to ``soak-figures.json`` in the test's temporary folder.
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ SCHEDULE_COUNT = int(os.environ.get("DURABLE_BEAT_SOAK_SCHEDULES", "50"))
 BROKER = os.environ.get("DURABLE_BEAT_SOAK_BROKER", "redis")
 POOL, _, CONCURRENCY = os.environ.get("DURABLE_BEAT_SOAK_POOL", "prefork:2").partition(":")
 SEED = int(os.environ.get("DURABLE_BEAT_SOAK_SEED", str(int(time.time()))))
+REDELIVER = os.environ.get("DURABLE_BEAT_SOAK_REDELIVER") or None
 SAMPLE_S = 10.0
 KILL_EVERY_S = 60.0
 ROLES = ("beat-a", "beat-b", "worker-a", "worker-b")
@@ -81,6 +83,7 @@ class SoakFigures:
     reruns_after_worker_kill: int = 0
     gaps: list[str] = field(default_factory=list)
     enqueued_not_executed: int = 0
+    redelivered: int = 0
     lag_p50_ms: float = 0.0
     lag_p99_ms: float = 0.0
     lag_max_ms: float = 0.0
@@ -193,6 +196,7 @@ def soak_rig(
             # Every audit record stays (the default keeps 100 a schedule): a gap must be
             # traceable to what beat recorded for the missing tick.
             history_keep=int(MINUTES * 60 * 2) + 1000,
+            redeliver_after=REDELIVER,
         )
 
 
@@ -212,8 +216,21 @@ def enqueued_records(store_url: str) -> list[tuple[str, int | None]]:
     engine = create_engine(store_url)
     try:
         with engine.connect() as conn:
-            query = select(audit.c.task_id, audit.c.lag_ms).where(audit.c.outcome == "enqueued")
+            query = select(audit.c.task_id, audit.c.lag_ms).where(
+                audit.c.outcome == "enqueued", audit.c.trigger != "redeliver"
+            )
             return [(str(t), lag) for t, lag in conn.execute(query)]
+    finally:
+        engine.dispose()
+
+
+def redeliveries(store_url: str) -> int:
+    """How many lost ticks beat sent again (records with trigger ``redeliver``)."""
+    engine = create_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            query = select(audit.c.id).where(audit.c.trigger == "redeliver")
+            return len(conn.execute(query).all())
     finally:
         engine.dispose()
 
@@ -251,6 +268,7 @@ def evidence(rig: ProcessRig, soak: Soak, figures: SoakFigures) -> None:
                 f"{name}: {len(missing)} missing, {missing[:5]}; audit: {found}; "
                 f"received by a worker: {seen}; next worker kill: {kill}"
             )
+    figures.redelivered = redeliveries(rig.store_url)
     enqueued = enqueued_records(rig.store_url)
     figures.enqueued_not_executed = len({t for t, _ in enqueued} - set(per_id))
     lags = [lag for _, lag in enqueued if lag is not None]
@@ -266,7 +284,10 @@ def evidence(rig: ProcessRig, soak: Soak, figures: SoakFigures) -> None:
 
 @pytest.mark.timeout(int(MINUTES * 60) + 3 * 3600)
 def test_soak(soak_rig: ProcessRig, tmp_path: Path) -> None:
-    print(f"soak seed {SEED}: {SCHEDULE_COUNT} schedules, {MINUTES:g} min, {BROKER} broker")
+    print(
+        f"soak seed {SEED}: {SCHEDULE_COUNT} schedules, {MINUTES:g} min, {BROKER} broker, "
+        f"redeliver_after {REDELIVER}"
+    )
     started = time.monotonic()
     figures = SoakFigures(seed=SEED, minutes=MINUTES, schedules=SCHEDULE_COUNT, broker=BROKER)
     soak = Soak(soak_rig, random.Random(SEED), figures)

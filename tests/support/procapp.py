@@ -13,7 +13,8 @@ beat_schedule), ``BEAT_TIMEZONE`` (``app.conf.timezone``, default UTC), ``BEAT_L
 ``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
 none), ``TASK_QUEUE`` (the default queue, for a test of its own on a shared RabbitMQ),
 ``TASK_ROUTES`` (JSON of ``task_routes``), ``WORKER_TTL`` (``durable_beat_worker_ttl``),
-``HISTORY_KEEP`` (``durable_beat_history_keep``), ``BEAT_FAULT`` (a fault plan this process arms
+``HISTORY_KEEP`` (``durable_beat_history_keep``), ``REDELIVER_AFTER``
+(``durable_beat_redeliver_after``), ``BEAT_FAULT`` (a fault plan this process arms
 with ``faults.arm``: the package itself reads no variable for faults); and the
 evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE`` (one JSON line
 per message the worker's main process received), ``SIGNALS_FILE`` (one JSON line per
@@ -67,6 +68,8 @@ if os.environ.get("TASK_ROUTES"):
     app.conf.task_routes = json.loads(os.environ["TASK_ROUTES"])
 if os.environ.get("HISTORY_KEEP"):
     app.conf.durable_beat_history_keep = int(os.environ["HISTORY_KEEP"])
+if os.environ.get("REDELIVER_AFTER"):  # redelivery of lost ticks (SPEC §6)
+    app.conf.durable_beat_redeliver_after = float(os.environ["REDELIVER_AFTER"])
 if os.environ.get("WORKER_TTL"):
     app.conf.durable_beat_worker_ttl = float(os.environ["WORKER_TTL"])
 if os.environ.get("BEAT_LEASE_URL"):

@@ -47,6 +47,7 @@ SETTINGS = {
     "history_keep": "HISTORY_KEEP",
     "store_url": "DURABLE_BEAT_URL",
     "broker": "BEAT_BROKER",
+    "redeliver_after": "REDELIVER_AFTER",
 }
 """Test app setting -> the environment variable ``procapp`` reads it from."""
 

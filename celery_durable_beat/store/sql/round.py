@@ -182,21 +182,21 @@ def newest_epoch(conn: Connection) -> int:
     return int(newest or 0)
 
 
-def _fenced(epoch: Any) -> ColumnElement[bool]:
+def fenced(epoch: Any) -> ColumnElement[bool]:
     """The fence as a condition of the writing statement: no newer epoch has been registered."""
     newest = select(fence.c.epoch).where(fence.c.id == FENCE_ID).scalar_subquery()
     condition: ColumnElement[bool] = func.coalesce(newest, 0) <= epoch
     return condition
 
 
-def _refuse_if_stale(conn: Connection, epoch: int) -> None:
+def refuse_if_stale(conn: Connection, epoch: int) -> None:
     """Raise StaleEpoch when a newer epoch than ``epoch`` is registered (the fence only rises)."""
     refuse_stale(epoch, newest_epoch(conn))
 
 
-def _sqlite_fence(conn: Connection, epoch: int) -> int:
+def sqlite_fence(conn: Connection, epoch: int) -> int:
     """SQLite: the fence read under the write lock (module docstring); the store time."""
-    _refuse_if_stale(conn, epoch)
+    refuse_if_stale(conn, epoch)
     faults.point("fenced_write")
     return HOST_CLOCK.now_ms()
 
@@ -209,7 +209,7 @@ def record(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
     if conn.dialect.name == "postgresql":
         _record_pg(conn, events, epoch)
         return
-    now = _sqlite_fence(conn, epoch)
+    now = sqlite_fence(conn, epoch)
     rows = [{**audit_values(event), "epoch": epoch, "recorded_at_ms": now} for event in events]
     stmt = insert_into(audit, "sqlite").on_conflict_do_nothing(
         index_elements=[audit.c.task_id], index_where=ENQUEUED
@@ -228,6 +228,7 @@ _AUDIT_TYPES: dict[str, Any] = {
     "lag_ms": BigInteger(),
     "version": Integer(),
     "detail": JSON(),
+    "recheck_ms": BigInteger(),
 }
 """The audit columns a round writes, as the PostgreSQL batch declares them (``_given``)."""
 
@@ -244,6 +245,7 @@ def audit_values(event: AuditEvent) -> dict[str, Any]:
         "lag_ms": event.lag_ms,
         "version": event.version,
         "detail": dict(event.detail),
+        "recheck_ms": event.recheck_ms,
     }
 
 
@@ -266,7 +268,7 @@ def _record_pg(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> No
     values: dict[str, Any] = {name: given.c[name] for name in _AUDIT_TYPES}
     values["epoch"] = bindparam("r_epoch", type_=BigInteger())
     values["recorded_at_ms"] = PG_NOW
-    chosen = select(*values.values()).where(_fenced(bindparam("r_epoch")))
+    chosen = select(*values.values()).where(fenced(bindparam("r_epoch")))
     stmt = (
         insert_into(audit, "postgresql")
         .from_select(list(values), chosen)
@@ -278,7 +280,7 @@ def _record_pg(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> No
         rows = json.dumps([audit_values(event) for event in chunk])
         written = len(conn.execute(stmt, {"r_rows": rows, "r_epoch": epoch}).all())
         if written < len(chunk):  # replays, or refused by the fence: the fence says which
-            _refuse_if_stale(conn, epoch)
+            refuse_if_stale(conn, epoch)
 
 
 def _moved(item: Advance) -> dict[str, Any]:
@@ -330,7 +332,7 @@ def _advance_from_rows() -> Any:
             schedules.c.next_tick_ms.is_not_distinct_from(given.c.expected),
             # A schedule paused or archived since the round read it stays where it is.
             schedules.c.state == ScheduleState.ACTIVE.value,
-            _fenced(bindparam("a_epoch")),
+            fenced(bindparam("a_epoch")),
         )
         .values(
             {
@@ -347,7 +349,7 @@ def advance(conn: Connection, advances: Sequence[Advance], epoch: int) -> set[in
     """Compare-and-set advances, fenced (module docstring); the ids that moved."""
     if conn.dialect.name == "postgresql":
         return _advance_pg(conn, advances, epoch)
-    return _advance_sqlite(conn, advances, epoch, _sqlite_fence(conn, epoch))
+    return _advance_sqlite(conn, advances, epoch, sqlite_fence(conn, epoch))
 
 
 def _advance_pg(conn: Connection, advances: Sequence[Advance], epoch: int) -> set[int]:
@@ -363,7 +365,7 @@ def _advance_pg(conn: Connection, advances: Sequence[Advance], epoch: int) -> se
         params = {"a_rows": json.dumps(rows), "a_epoch": epoch}
         moved = set(conn.execute(stmt, params).scalars())
         if len(moved) < len(chunk):  # compare-and-set misses, or the fence: the fence says which
-            _refuse_if_stale(conn, epoch)
+            refuse_if_stale(conn, epoch)
         applied.update(moved)
     return applied
 

@@ -22,6 +22,7 @@ from celery_durable_beat.model import Definition, ScheduleState, Source, StateRe
 from celery_durable_beat.store.rules import check_advances, check_at_least
 from celery_durable_beat.store.sql import admin as sql_admin
 from celery_durable_beat.store.sql import config_sync as sql_sync
+from celery_durable_beat.store.sql import redelivery as sql_redelivery
 from celery_durable_beat.store.sql import round as sql_round
 from celery_durable_beat.store.sql import schema as sql_schema
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, limit_idle
@@ -32,6 +33,8 @@ from celery_durable_beat.store.values import (
     ConfigChange,
     DueSchedule,
     LeaderInfo,
+    Recheck,
+    RedeliveryCandidate,
     ScheduleRecord,
     StoredDigest,
     StoredEvent,
@@ -108,6 +111,22 @@ class SqlStore(LazyEngine):
 
     def register_epoch(self, epoch: int) -> None:
         self._write(lambda conn: sql_round.register_epoch(conn, epoch))
+
+    def redelivery_candidates(self, now_ms: int, limit: int) -> list[RedeliveryCandidate]:
+        check_at_least("redelivery_candidates limit", limit, 1)
+        definitions = self._definitions
+        return self._single_read(
+            lambda conn: sql_redelivery.candidates(conn, now_ms, limit, definitions)
+        )
+
+    def settle_redeliveries(
+        self, events: Sequence[AuditEvent], rechecks: Sequence[Recheck], epoch: int
+    ) -> None:
+        """Rule 11: one short transaction, fenced like ``settle``."""
+        if not events and not rechecks:
+            return
+        with self._tx() as conn:
+            sql_redelivery.settle(conn, events, rechecks, epoch)
 
     def leader_info(self) -> LeaderInfo:
         query = select(fence.c.holder, fence.c.epoch, fence.c.expires_at_ms).where(
