@@ -24,6 +24,7 @@ PostgreSQL, Redis and RabbitMQ come from ``DURABLE_BEAT_TEST_PG``, ``DURABLE_BEA
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import signal
@@ -116,9 +117,8 @@ def worker_command(cell: Cell, queue: str, profile: Path | None) -> list[str]:
     if profile is None:
         return command
     py_spy = Path(sys.executable).with_name("py-spy")
-    return [str(py_spy), "record", "-r", "200", "-s", "-f", "raw", "-o", str(profile), "--"] + [
-        *command
-    ]
+    spy = [str(py_spy), "record", "-r", "200", "-s", "-f", "raw", "-o", str(profile)]
+    return [*spy, "--", *command]
 
 
 def one_run(cell: Cell, guard: bool, count: int, workdir: Path, profile: Path | None) -> float:
@@ -170,10 +170,8 @@ def stop(proc: subprocess.Popen[bytes], profiled: bool) -> None:
     """SIGKILL the worker's whole process group; py-spy first gets SIGINT, to write its file."""
     if profiled:
         proc.send_signal(signal.SIGINT)
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(60)
-        except subprocess.TimeoutExpired:
-            pass
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
 
@@ -195,6 +193,10 @@ def commit() -> str:
     return found.stdout.strip() or "unknown"
 
 
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pool", action="append", help="pool:concurrency (prefork:2)")
@@ -208,7 +210,7 @@ def main() -> int:
     count = args.ticks or (600 if args.quick else 2000)
     rng = random.Random(args.seed)
     print(f"commit {commit()}, seed {args.seed}, {count} ticks a run, one worker a run")
-    print(f"uptime: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}")
+    print(f"uptime: {uptime()}")
     print("| pool | claims | acks_late | plain (ticks/s) | guarded (ticks/s) | ratio |")
     print("|---|---|---|---|---|---|")
     if args.profile:
@@ -230,7 +232,7 @@ def main() -> int:
                 f"| {rates[True]:.0f} | {rates[True] / rates[False]:.2f} |",
                 flush=True,
             )
-    print(f"uptime at the end: {subprocess.run(['uptime'], capture_output=True, text=True).stdout}")
+    print(f"uptime at the end: {uptime()}")
     return 0
 
 
