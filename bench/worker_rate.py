@@ -1,30 +1,39 @@
-"""Ticks a second that two workers run, with ``install(app)`` and without, in the same run.
+"""Ticks a second of a worker with ``install(app)`` and of the same worker without it (SPEC §6:
+the guarded worker runs at least 0.8x the plain rate), over the whole matrix.
 
-The guard costs each tick a claim and a settle in Redis and its run states in the store; this
-measures what that leaves of a plain Celery worker's rate, so the soak's size (and a user's
-sizing) rests on a figure. Each pair runs both variants back to back on a fresh store and an
-empty broker database: N tick messages (the headers beat sends) are published first, then two
-workers of ``tests/support/procapp.py`` (``late_record``: ``acks_late``, one short line a run)
-drain them; the rate is taken over the middle 80 % of the runs, so worker start-up is left out.
+Every cell is one pool (prefork 2, prefork 4, threads 4, solo) x where the claims live (Redis:
+a Redis broker, whose URL the guard then uses for claims; the store: a RabbitMQ broker, so the
+claim is the tick's PostgreSQL run row) x ``acks_late`` on or off. A cell runs the plain worker
+and the guarded worker back to back (in an order drawn from ``--seed``), each on a fresh store
+database and an empty queue holding the same N tick messages, made as beat makes them
+(``message.build_message`` published through beat's own ``CeleryPublisher``, so they carry the
+``periodic_*`` headers of ``message.tick_headers``); then one worker of ``bench/rate_app.py``
+drains them. The rate is taken over the middle 80 % of the runs (by the timestamp each run
+appends to a file), so worker start-up and the last stragglers are left out.
 
-    .venv/bin/python bench/worker_rate.py            # prefork:2, 3,000 ticks, 3 pairs
-    .venv/bin/python bench/worker_rate.py --pool solo:1 --pool threads:8 --pairs 5
+    .venv/bin/python bench/worker_rate.py                  # the whole matrix, 2,000 ticks
+    .venv/bin/python bench/worker_rate.py --quick          # 600 ticks, prefork 2 and threads 4
+    .venv/bin/python bench/worker_rate.py --pool solo:1 --claims redis --acks on
+    .venv/bin/python bench/worker_rate.py --profile /tmp/prof ...   # py-spy, each worker
 
-PostgreSQL and Redis come from ``DURABLE_BEAT_TEST_PG`` / ``DURABLE_BEAT_TEST_REDIS`` (as in the
-tests; the Redis database is flushed).
+PostgreSQL, Redis and RabbitMQ come from ``DURABLE_BEAT_TEST_PG``, ``DURABLE_BEAT_TEST_REDIS``
+(its database is flushed) and ``DURABLE_BEAT_TEST_AMQP``. ``--profile`` needs py-spy (the
+``dev`` extra) and writes one collapsed-stack file per worker run, all processes included.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import contextlib
 import os
+import random
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -35,34 +44,60 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from celery_durable_beat import tick_task_id  # noqa: E402
-from tests.support.rig import ensure_schema, tick_headers  # noqa: E402
+from celery_durable_beat.message import build_message  # noqa: E402
+from celery_durable_beat.model import Definition  # noqa: E402
+from celery_durable_beat.publish.celery_publisher import CeleryPublisher  # noqa: E402
+from celery_durable_beat.schedules.spec import IntervalSpec  # noqa: E402
+from tests.support.rig import ensure_schema  # noqa: E402
 
 PG = os.environ.get("DURABLE_BEAT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 REDIS = os.environ.get("DURABLE_BEAT_TEST_REDIS", "redis://127.0.0.1:6379/14")
+AMQP = os.environ.get("DURABLE_BEAT_TEST_AMQP", "amqp://guest:guest@127.0.0.1:5672//")
 T0 = 1_800_000_000_000
-CELERY_WORKER = [
-    sys.executable,
-    "-m",
-    "celery",
-    "-A",
-    "tests.support.procapp",
-    "worker",
-    "-l",
-    "WARNING",
-]
+STEP_MS = 60_000
+SCHEDULES = 100
+POOLS = ("prefork:2", "prefork:4", "threads:4", "solo:1")
+CLAIMS = {"redis": "the broker's Redis", "store": "PostgreSQL rows (RabbitMQ broker)"}
+DRAIN_S = 600.0
 
 
-def publish(broker: str, count: int) -> None:
-    app = Celery("bench-sender", broker=broker, set_as_current=False)
-    with app.producer_or_acquire() as producer:
+@dataclass(frozen=True)
+class Cell:
+    pool: str
+    claims: str
+    acks_late: bool
+
+    @property
+    def broker(self) -> str:
+        return REDIS if self.claims == "redis" else AMQP
+
+    def label(self) -> str:
+        return f"{self.pool} {self.claims} acks_late={'on' if self.acks_late else 'off'}"
+
+
+def publish(broker: str, queue: str, count: int) -> None:
+    """``count`` ticks of ``SCHEDULES`` schedules, made and published as beat does."""
+    app = Celery("bench-beat", broker=broker, set_as_current=False)
+    app.conf.task_default_queue = queue
+    definitions = [
+        Definition(f"rate-{i:03d}", "rate.tick", IntervalSpec(STEP_MS)) for i in range(SCHEDULES)
+    ]
+    with CeleryPublisher(app).session() as session:
         for i in range(count):
-            name, tick = f"rate-{i % 100:03d}", T0 + i * 1000
-            app.send_task(
-                "procapp.late_record",
-                task_id=tick_task_id(name, tick),
-                headers=tick_headers(name, tick),
-                producer=producer,
-            )
+            d = definitions[i % SCHEDULES]
+            tick = T0 + (i // SCHEDULES) * STEP_MS
+            message = build_message(d.name, d, tick, tick_task_id(d.name, tick))
+            if session.publish(message) is not None:
+                raise SystemExit(f"publish refused tick {i}")
+        if session.confirm() is not None:
+            raise SystemExit("the broker did not confirm the ticks")
+    app.close()
+
+
+def delete_queue(broker: str, queue: str) -> None:
+    app = Celery("bench-cleanup", broker=broker, set_as_current=False)
+    with app.connection_for_write() as conn:
+        conn.default_channel.queue_delete(queue)
     app.close()
 
 
@@ -74,73 +109,130 @@ def lines(path: Path) -> int:
         return 0
 
 
-def one_run(pool: str, guard: bool, count: int, workdir: Path) -> float:
-    """Ticks a second over the middle 80 % of ``count`` runs by two workers."""
+def worker_command(cell: Cell, queue: str, profile: Path | None) -> list[str]:
+    name, _, concurrency = cell.pool.partition(":")
+    command = [sys.executable, "-m", "celery", "-A", "rate_app", "worker", "-l", "WARNING"]
+    command += ["-P", name, "-c", concurrency or "1", "-Q", queue, "-n", f"rate-{queue}@%h"]
+    command += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    if profile is None:
+        return command
+    py_spy = Path(sys.executable).with_name("py-spy")
+    spy = [str(py_spy), "record", "-r", "200", "-s", "-f", "raw", "-o", str(profile)]
+    return [*spy, "--", *command]
+
+
+def one_run(cell: Cell, guard: bool, count: int, workdir: Path, profile: Path | None) -> float:
+    """Ticks a second over the middle 80 % of ``count`` runs by one worker."""
     store = make_db(PG)
-    client = redis.Redis.from_url(REDIS)
-    client.flushdb()
     ensure_schema(store)
-    ticks = workdir / f"ticks-{pool}-{guard}-{time.monotonic_ns()}.jsonl"
+    queue = f"rate-{uuid.uuid4().hex[:8]}"
+    if cell.claims == "redis":
+        client = redis.Redis.from_url(REDIS)
+        client.flushdb()
+        client.close()
+    ticks = workdir / f"{queue}.txt"
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "BEAT_BROKER": REDIS,
-        "BEAT_LEASE_URL": REDIS,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'bench'}",
+        "RATE_BROKER": cell.broker,
+        "RATE_QUEUE": queue,
         "DURABLE_BEAT_URL": store,
         "TICKS_FILE": str(ticks),
         "GUARD": "1" if guard else "0",
+        "ACKS_LATE": "1" if cell.acks_late else "0",
     }
-    name, _, concurrency = pool.partition(":")
-    publish(REDIS, count)
-    workers = [
-        subprocess.Popen(
-            [*CELERY_WORKER, "-P", name, "-c", concurrency or "1", "-n", f"rate{n}@%h"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        for n in range(2)
-    ]
+    publish(cell.broker, queue, count)
+    proc = subprocess.Popen(
+        worker_command(cell, queue, profile),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + DRAIN_S
         while lines(ticks) < count:
             if time.monotonic() > deadline:
-                raise SystemExit(f"{pool} guard={guard}: {lines(ticks)} of {count} in 600 s")
+                raise SystemExit(f"{cell.label()} guard={guard}: {lines(ticks)} of {count}")
             time.sleep(0.2)  # a poll of the evidence file, on a deadline
     finally:
-        for proc in workers:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        client.close()
+        stop(proc, profile is not None)
+        if cell.claims == "store":
+            delete_queue(cell.broker, queue)
         drop_db(PG, store)
-    times = sorted(json.loads(line)["t"] for line in ticks.read_text().splitlines())
+    times = sorted(float(line) for line in ticks.read_text().split())
     skip = count // 10
     return (count - 2 * skip) / (times[-skip - 1] - times[skip])
+
+
+def stop(proc: subprocess.Popen[bytes], profiled: bool) -> None:
+    """SIGKILL the worker's whole process group; py-spy first gets SIGINT, to write its file."""
+    if profiled:
+        proc.send_signal(signal.SIGINT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(60)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def cells(args: argparse.Namespace) -> list[Cell]:
+    pools = args.pool or (["prefork:2", "threads:4"] if args.quick else list(POOLS))
+    claims = args.claims or list(CLAIMS)
+    acks = [a == "on" for a in args.acks] if args.acks else [True, False]
+    return [Cell(p, c, a) for p in pools for c in claims for a in acks]
+
+
+def commit() -> str:
+    found = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return found.stdout.strip() or "unknown"
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pool", action="append", help="pool:concurrency (prefork:2)")
-    parser.add_argument("--ticks", type=int, default=3000)
-    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--claims", action="append", choices=list(CLAIMS))
+    parser.add_argument("--acks", action="append", choices=["on", "off"], help="acks_late")
+    parser.add_argument("--ticks", type=int, help="ticks per run (2,000; --quick: 600)")
+    parser.add_argument("--quick", action="store_true", help="fewer ticks, two pools")
+    parser.add_argument("--seed", type=int, default=24, help="draws plain/guarded order")
+    parser.add_argument("--profile", type=Path, help="a folder for py-spy's stacks")
     args = parser.parse_args()
-    print(f"load {os.getloadavg()[0]:.2f}, {args.ticks} ticks, two workers, Redis broker")
-    print("| pool | plain Celery (ticks/s) | with install(app) (ticks/s) | ratio |")
-    print("|---|---|---|---|")
+    count = args.ticks or (600 if args.quick else 2000)
+    rng = random.Random(args.seed)
+    print(f"commit {commit()}, seed {args.seed}, {count} ticks a run, one worker a run")
+    print(f"uptime: {uptime()}")
+    print("| pool | claims | acks_late | plain (ticks/s) | guarded (ticks/s) | ratio |")
+    print("|---|---|---|---|---|---|")
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
-        for pool in args.pool or ["prefork:2"]:
-            plain, guarded = [], []
-            for _ in range(args.pairs):
-                plain.append(one_run(pool, False, args.ticks, Path(tmp)))
-                guarded.append(one_run(pool, True, args.ticks, Path(tmp)))
-            ratios = [g / p for p, g in zip(plain, guarded, strict=True)]
+        for cell in cells(args):
+            rates = {}
+            order = [False, True]
+            rng.shuffle(order)
+            for guard in order:
+                profile = None
+                if args.profile:
+                    tag = cell.label().replace(" ", "_").replace(":", "")
+                    profile = args.profile / f"{tag}_{'guarded' if guard else 'plain'}.txt"
+                rates[guard] = one_run(cell, guard, count, Path(tmp), profile)
+            acks = "on" if cell.acks_late else "off"
             print(
-                f"| {pool} | {statistics.median(plain):.0f} | {statistics.median(guarded):.0f} "
-                f"| {statistics.median(ratios):.2f} |"
+                f"| {cell.pool} | {cell.claims} | {acks} | {rates[False]:.0f} "
+                f"| {rates[True]:.0f} | {rates[True] / rates[False]:.2f} |",
+                flush=True,
             )
-    print(f"load {os.getloadavg()[0]:.2f} at the end")
+    print(f"uptime at the end: {uptime()}")
     return 0
 
 

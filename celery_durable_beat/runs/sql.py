@@ -12,6 +12,12 @@ skewed clock still expires when the store says so. ``hostname`` holds the run's 
 
 Built on its own lazily created engine so that building one never connects: the worker makes
 one per process (after the prefork fork), the beat's overlap gate one on first use.
+
+The worker's transitions (claim, write, settle, release, heartbeat) are its hot path: on
+PostgreSQL through psycopg they skip SQLAlchemy's connection and statement machinery
+(``pg_direct.py``: one autocommit statement each, compiled once per process, a batch of writes
+one pipelined ``executemany``); on SQLite (and another PostgreSQL driver) they are the same
+statements through SQLAlchemy, below.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from celery_durable_beat.store.values import NAME_LENGTH
 
 if TYPE_CHECKING:
     from celery_durable_beat.runs.base import Claims, RunTracking
+    from celery_durable_beat.runs.pg_direct import DirectPg
 
 T = TypeVar("T")
 
@@ -63,6 +70,15 @@ class SqlRunStore(LazyEngine):
 
     where = "the durable beat store"
     errors: tuple[type[BaseException], ...] = (StoreError, SQLAlchemyError, OSError)
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url)
+        self._direct: DirectPg | None = None
+        if self._postgres and self._url.get_driver_name() == "psycopg":
+            from celery_durable_beat.runs.pg_direct import DirectPg, driver_errors
+
+            self._direct = DirectPg(self._url, self.shown_url)
+            self.errors = (*self.errors, *driver_errors())
 
     def _now(self) -> ColumnElement[Any]:
         """The store's clock as an SQL expression (a bound host-clock value on SQLite)."""
@@ -102,6 +118,8 @@ class SqlRunStore(LazyEngine):
         )
 
     def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
+        if self._direct is not None:
+            return self._direct.claim(_values(key, RunState.STARTED, owner, ttl_ms), attempt)
         stmt = self._row(key, RunState.STARTED, owner, ttl_ms)
         takeover: ColumnElement[bool] = runs.c.expires_at_ms < stmt.excluded.updated_at_ms
         if attempt > 0:  # no attempt column: any retry may take a ``retried`` row
@@ -119,6 +137,9 @@ class SqlRunStore(LazyEngine):
     def write(self, writes: Sequence[RunWrite]) -> None:
         if not writes:
             return
+        if self._direct is not None:
+            self._direct.write([(item.write_if, _write_values(item)) for item in writes])
+            return
 
         def change(conn: Connection) -> None:
             for item in writes:
@@ -127,6 +148,8 @@ class SqlRunStore(LazyEngine):
         self._write(change)
 
     def settle(self, write: RunWrite) -> bool:
+        if self._direct is not None:
+            return self._direct.settle(write.write_if, _write_values(write))
         stmt = self._write_statement(write).returning(runs.c.task_id)
         return bool(self._write(lambda conn: conn.execute(stmt).first() is not None))
 
@@ -177,6 +200,9 @@ class SqlRunStore(LazyEngine):
 
     def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
         if not held:
+            return
+        if self._direct is not None:
+            self._direct.heartbeat([(t, o[:OWNER_LENGTH]) for t, o in held], ttl_ms)
             return
         now = self._now()
         stmt = (
@@ -282,6 +308,12 @@ class SqlRunStore(LazyEngine):
         stmt = runs.delete().where(runs.c.task_id.in_(doomed))
         return int(self._write(lambda conn: conn.execute(stmt).rowcount))
 
+    def close(self) -> None:
+        """The engine's pool and the direct statements' connections; idempotent."""
+        if self._direct is not None:
+            self._direct.close()
+        super().close()
+
     # -- worker presence (rule 8) ---------------------------------------------------------------
     def announce_worker(self, hostname: str, queues: Sequence[str]) -> None:
         """One upsert on the primary key; last seen is the store's now."""
@@ -313,6 +345,23 @@ class SqlRunStore(LazyEngine):
             for row in rows
         ]
         return sorted(seen, key=lambda worker: worker.hostname)
+
+
+def _values(key: RunKey, state: RunState, owner: str, keep_ms: int) -> dict[str, Any]:
+    """The parameters of one run row, as the direct statements name them."""
+    return {
+        "task_id": key.task_id,
+        "schedule_key": _schedule_key(key.schedule),
+        "tick_ms": key.tick_ms,
+        "trigger": key.trigger,
+        "state": state.value,
+        "owner": owner[:OWNER_LENGTH],
+        "keep_ms": keep_ms,
+    }
+
+
+def _write_values(item: RunWrite) -> dict[str, Any]:
+    return _values(item.key, item.state, item.owner, item.keep_ms)
 
 
 def _state(value: str | None) -> RunState:

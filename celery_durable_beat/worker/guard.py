@@ -28,7 +28,12 @@ In a worker's main process the heartbeat thread also carries the worker's presen
 
 Run-state writes to tracking go through ``Tracker`` (``tracker.py``): a failed write is kept and
 written once the store answers again; with the claims apart, the writes are committed by a
-background thread in groups (``background_writes``), so a task never waits for the store.
+background thread in groups (``background_writes``), so a task never waits for the store. With
+the claims in the store, the claim is committed before the run and the end after it, in the
+task's thread — except the end of a run whose message was acknowledged before it ran (no
+``acks_late``): no redelivery of that message can meet the row, so its end joins the background
+flusher's next commit. A process killed before that commit leaves the row ``started`` until its
+``run_ttl`` expires, as a process killed during the run does.
 """
 
 from __future__ import annotations
@@ -261,18 +266,24 @@ class GuardRuntime:
         keep = round(max(0.0, delay_s) * 1000) + self.run_ttl_ms
         self._settle(held, RunState.RETRIED, keep, attempt=held.attempt + 1)
 
-    def leave(self, held: Held, state: RunState | None) -> None:
-        """The run ended in ``state``; None means it gave the tick back (requeued)."""
+    def leave(self, held: Held, state: RunState | None, *, acked: bool = False) -> None:
+        """The run ended in ``state``; None means it gave the tick back (requeued).
+
+        ``acked``: its message was acknowledged before the run (no ``acks_late``), so no broker
+        redelivery of it can come; with the claims in the store its end is then committed by
+        the background flusher, grouped with others (module docstring)."""
         self._release_heartbeat(held)
         if state is None:
             self._give_back(held)
             return
-        self._settle(held, state, self.dedup_ttl_ms, attempt=held.attempt)
+        self._settle(held, state, self.dedup_ttl_ms, attempt=held.attempt, soon=acked)
 
-    def _settle(self, held: Held, state: RunState, keep_ms: int, attempt: int) -> None:
+    def _settle(
+        self, held: Held, state: RunState, keep_ms: int, attempt: int, *, soon: bool = False
+    ) -> None:
         write = RunWrite(held.key, state, held.owner, keep_ms, WriteIf.OWNER, attempt)
         self.mirror.settle(write)
-        self.tracker.write(write)
+        self.tracker.write(write, soon=soon)
 
     def _give_back(self, held: Held) -> None:
         self.mirror.release(held.key.task_id, held.owner)

@@ -1,19 +1,20 @@
 """Run-state writes to tracking that never fail a task, and the circuit that guards a backend.
 
 A failed write opens a ``CIRCUIT_S`` circuit (no connection attempts meanwhile, so an outage adds
-no latency to tasks); its state is kept (newest per tick, at most ``PENDING_MAX``) and written once
-the store answers again.
+no latency to tasks); its state is kept (newest per tick and owner, at most ``PENDING_MAX``) and
+written once the store answers again.
 
 When the claims live apart from tracking (Redis), the claim is what makes a tick run once, and the
 tracking row is the history beat and the console read. Writing it in the task's own thread made
-every task wait for two store commits, and a store that answers slowly (not down: the circuit
-only opens on an error) slowed every task with it. With ``background=True`` the writes are handed
-to one thread that commits whatever has gathered since its last commit (a group commit): one
-commit for many runs under load, one per run when idle, and the task never waits for the store.
-A single flusher at a time keeps the order of a tick's states (``started`` is never committed
-after its ``succeeded``). ``close`` and ``flush`` commit what is pending, so a worker shutting
-down (``worker_process_shutdown``) leaves nothing behind; only a process killed outright can lose
-the states of its last few milliseconds, never a claim.
+every task wait for two store commits, and a store that answers slowly (not down: the circuit only
+opens on an error) slowed every task with it. With ``background=True`` the writes are handed to one
+thread that commits whatever has gathered since its last commit (a group commit): one commit for
+many runs under load, one per run when idle, and the task never waits for the store. The flusher
+lets writes gather ``GATHER_S`` before it commits. A single flusher at a time keeps the order of a
+tick's states (``started`` is never committed after its ``succeeded``). ``close`` and ``flush``
+commit what is pending, so a worker shutting down (``worker_process_shutdown``) leaves nothing
+behind; only a process killed outright can lose the states of its last few tens of milliseconds,
+never a claim.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter, OrderedDict
+from dataclasses import replace
 
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.exceptions import StoreError
 from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.model import Action
-from celery_durable_beat.runs.base import RunTracking, RunWrite
+from celery_durable_beat.runs.base import RunTracking, RunWrite, WriteIf
 
 log = logging.getLogger("celery_durable_beat.worker")
 
@@ -34,6 +36,10 @@ PENDING_MAX = 10_000
 """Most run-state writes kept in memory while the store does not answer."""
 CIRCUIT_S = 5.0
 """How long a failed backend is left alone before the next attempt."""
+GATHER_S = 0.02
+"""How long the flusher lets writes gather after the first one wakes it: under load one commit
+carries the states of many runs, and a run that ends within it is written once (its ``started``
+replaced by its end before the commit)."""
 CLOSE_FLUSH_S = 5.0
 """How long ``close`` waits for the background flusher's last commit."""
 
@@ -87,7 +93,7 @@ class Tracker:
         self.counters = counters
         self.background = background
         self.errors: tuple[type[BaseException], ...] = (StoreError, *runs.errors)
-        self._pending: OrderedDict[str, RunWrite] = OrderedDict()
+        self._pending = _Pending()
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
         self._wake = threading.Event()
@@ -96,12 +102,13 @@ class Tracker:
         self.commits = 0
         """Transactions committed (how well the writes are grouped)."""
 
-    def write(self, item: RunWrite | None = None) -> None:
+    def write(self, item: RunWrite | None = None, *, soon: bool = False) -> None:
         """Keep ``item`` (the newest state of its tick wins) and commit what is pending: now, or
-        soon in the background. Without an item: commit now (the heartbeat's retry)."""
+        soon in the background (always with ``background``; for this item with ``soon``).
+        Without an item: commit now (the heartbeat's retry)."""
         if item is not None:
             self._keep(item)
-            if self.background and not self._stop.is_set():
+            if (self.background or soon) and not self._stop.is_set():
                 self._ensure_flusher()
                 self._wake.set()
                 return
@@ -109,10 +116,9 @@ class Tracker:
 
     def _keep(self, item: RunWrite) -> None:
         with self._lock:
-            self._pending.pop(item.key.task_id, None)
-            self._pending[item.key.task_id] = item
+            self._pending.keep(item)
             while len(self._pending) > PENDING_MAX:
-                self._pending.popitem(last=False)
+                self._pending.drop_oldest()
                 self.counters["tracking_dropped"] += 1
 
     def flush(self) -> None:
@@ -121,16 +127,15 @@ class Tracker:
             with self._lock:
                 if self.circuit.open() or not self._pending:
                     return
-                batch = list(self._pending.values())
-                self._pending.clear()
+                batch = self._pending.take()
             try:
                 self.runs.write(batch)
             except self.errors as exc:
                 self.counters["tracking_errors"] += 1
                 self.circuit.failed(exc)
-                with self._lock:
-                    for old in batch:  # a newer state of the same tick, kept meanwhile, wins
-                        self._pending.setdefault(old.key.task_id, old)
+                with self._lock:  # the batch first, then what was kept meanwhile
+                    for again in (*batch, *self._pending.take()):
+                        self._pending.keep(again)
                 return
             self.commits += 1
             self.circuit.ok()
@@ -151,6 +156,7 @@ class Tracker:
     def _flush_loop(self) -> None:
         while not self._stop.is_set():
             self._wake.wait()
+            self._stop.wait(GATHER_S)  # the writes of the next few runs join this commit
             self._wake.clear()
             self.flush()
 
@@ -162,3 +168,46 @@ class Tracker:
         if flusher is not None and flusher is not threading.current_thread():
             flusher.join(CLOSE_FLUSH_S)
         self.flush()
+
+
+class _Pending:
+    """Run-state writes waiting for a commit, in order, newest per tick and owner.
+
+    One owner's newer write of a tick replaces its older one (moved last: it is the newest); if
+    that older write is the tick's latest (no other owner's write of it came after), the newer
+    one also takes over its ``ALWAYS``: the older write would have made the row this owner's, so
+    the newer one applies whatever row it meets (a claim's ``started`` and the run's end,
+    gathered into one commit). Writes of other owners are kept apart, in order: an ``OWNER``
+    write is only equivalent to a write of the same owner."""
+
+    def __init__(self) -> None:
+        self.writes: OrderedDict[tuple[str, str], RunWrite] = OrderedDict()
+        self._last: dict[str, str] = {}
+        """The owner of each tick's latest write."""
+
+    def __len__(self) -> int:
+        return len(self.writes)
+
+    def keep(self, item: RunWrite) -> None:
+        task_id = item.key.task_id
+        older = self.writes.pop((task_id, item.owner), None)
+        if (
+            older is not None
+            and older.write_if is WriteIf.ALWAYS
+            and item.write_if is WriteIf.OWNER
+            and self._last.get(task_id) == item.owner
+        ):
+            item = replace(item, write_if=WriteIf.ALWAYS)
+        self.writes[(task_id, item.owner)] = item
+        self._last[task_id] = item.owner
+
+    def drop_oldest(self) -> None:
+        (task_id, owner), _item = self.writes.popitem(last=False)
+        if self._last.get(task_id) == owner:
+            del self._last[task_id]
+
+    def take(self) -> list[RunWrite]:
+        batch = list(self.writes.values())
+        self.writes.clear()
+        self._last.clear()
+        return batch

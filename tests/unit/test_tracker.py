@@ -180,3 +180,25 @@ def test_the_runtime_writes_in_the_background_only_when_the_claims_are_apart(
     apart.close()  # the last commit happens at close at the latest
     assert apart.runs.state(key(0).task_id) is RunState.SUCCEEDED
     shared.close()
+
+
+def test_writes_kept_together_end_as_their_sequence_would(clock: FakeClock) -> None:
+    """A retry's claim (``ALWAYS``, a new owner) and its end (``OWNER``), kept before one commit
+    behind the previous run's ``retried``: the end applies, and the older owner's writes stay
+    in order before it (merged into one, they would meet the older owner's row and be refused)."""
+    runs = MemoryRuns(clock=clock)
+    circuit = Circuit("the test store", Action.RUN_TRACKING_UNAVAILABLE, "kept", clock)
+    tracker = Tracker(runs, Counter(), circuit)
+    k = RunKey("t", "s", 1, "auto")
+    tracker.write(RunWrite(k, RunState.STARTED, "first", 60_000, WriteIf.ALWAYS))
+    circuit.failed(StoreUnavailable("down"))  # nothing is committed until it answers
+    tracker.write(RunWrite(k, RunState.RETRIED, "first", 60_000, WriteIf.OWNER, 1))
+    tracker.write(RunWrite(k, RunState.STARTED, "second", 60_000, WriteIf.ALWAYS, 1))
+    tracker.write(RunWrite(k, RunState.SUCCEEDED, "second", 60_000, WriteIf.OWNER, 1))
+    tracker.write(RunWrite(k, RunState.SUCCEEDED, "first", 60_000, WriteIf.OWNER))  # stale
+    assert tracker.pending() == 2
+    clock.sleep(CIRCUIT_S)
+    tracker.flush()
+    record = runs.get_run("t")
+    assert record is not None
+    assert (record.state, record.owner) == (RunState.SUCCEEDED, "second")

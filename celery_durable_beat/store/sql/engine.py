@@ -113,13 +113,29 @@ def build_engine(url: URL) -> Engine:
     return _pg_engine(url)
 
 
-def _pg_engine(url: URL) -> Engine:
+def _pg_defaults(url: URL) -> dict[str, Any]:
+    """The connection settings this module adds to a PostgreSQL URL that does not set them."""
     connect_args: dict[str, Any] = {}
     if "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
     if "application_name" not in url.query:
         connect_args["application_name"] = "celery_durable_beat"
     connect_args.update({k: v for k, v in PG_TCP_DEFAULTS.items() if k not in url.query})
+    return connect_args
+
+
+def pg_connect_args(url: URL) -> dict[str, Any]:
+    """What ``psycopg.connect`` takes to open the connection an engine of ``url`` opens (for
+    the worker's direct statements, ``runs/pg_direct.py``)."""
+    from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+
+    dialect = PGDialect_psycopg()  # type: ignore[no-untyped-call]
+    _, params = dialect.create_connect_args(url)  # type: ignore[no-untyped-call]
+    return {**params, **_pg_defaults(url)}
+
+
+def _pg_engine(url: URL) -> Engine:
+    connect_args = _pg_defaults(url)
     # pre_ping: after a database restart the pool would otherwise hand out dead connections.
     # hide_parameters: bound values (definitions, kwargs) never reach error text or logs.
     return create_engine(url, pool_pre_ping=True, hide_parameters=True, connect_args=connect_args)

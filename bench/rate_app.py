@@ -1,0 +1,40 @@
+"""The worker app of ``bench/worker_rate.py``: one tick task, plain or guarded, acks_late or not.
+
+Configured from the environment so the plain and the guarded worker of a cell differ in one
+thing, ``install(app)``: ``RATE_BROKER`` (the broker URL), ``DURABLE_BEAT_URL`` (the store, read
+by the product), ``RATE_QUEUE`` (the queue, one per run), ``GUARD`` (``1``: ``install(app)``),
+``ACKS_LATE`` (``1``: the task acknowledges after it ran), ``TICKS_FILE`` (one short line per run:
+the bench's clock). Everything else is Celery's default (prefetch multiplier 4, no result backend).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from celery import Celery
+
+from celery_durable_beat import install
+
+app = Celery("rate", broker=os.environ["RATE_BROKER"], set_as_current=True)
+app.conf.update(
+    task_ignore_result=True,
+    task_default_queue=os.environ.get("RATE_QUEUE", "celery"),
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+)
+if os.environ.get("GUARD") == "1":
+    install(app)
+
+_TICKS = os.environ.get("TICKS_FILE", "")
+
+
+@app.task(name="rate.tick", bind=True, acks_late=os.environ.get("ACKS_LATE") == "1")
+def tick(self: Any) -> None:
+    """One run: a timestamp appended with one ``O_APPEND`` write (lines never interleave)."""
+    fd = os.open(_TICKS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{time.time():.6f}\n".encode())
+    finally:
+        os.close(fd)

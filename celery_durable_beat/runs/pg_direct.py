@@ -1,0 +1,309 @@
+"""The worker's run-state statements on PostgreSQL, each one statement compiled once per process.
+
+Why apart from ``sql.py``'s SQLAlchemy calls: a guarded tick costs a claim and a settle, and
+through a SQLAlchemy ``Connection`` each was a pool checkout with its pre-ping (a round trip),
+``BEGIN``, the statement built and its cache key computed, the statement, ``COMMIT``: four round
+trips and about half a millisecond of the pool process's CPU, twice a tick (bench/worker_rate.py
+measured the store-claims worker at 0.05-0.14x a plain worker). Here each transition is one
+autocommit statement (atomic on its own: ``INSERT … ON CONFLICT … DO UPDATE … WHERE`` or a keyed
+``UPDATE``) on a connection of this process's own small pool; psycopg prepares it on the server
+after a few uses. A batch of writes is one pipelined ``executemany`` in one transaction. The
+statements are SQLAlchemy Core (no SQL written as text), compiled once for psycopg when the
+module is imported.
+
+No pre-ping: a connection taken from the idle list that turns out dead (the server restarted,
+an idle session ended) is dropped and the call retried once on a new connection. Every statement
+here may be applied twice for the same call (a reply lost after the server committed): writes
+set the same values again, and a claim takes a row its own owner (unique per delivery) already
+holds started.
+
+Commits are synchronous, as the server is configured: ``synchronous_commit = off`` would take
+about 2.5 ms a commit off this path on a slow disk, but a PostgreSQL crash could then forget the
+last claims, and a tick delivered again would run twice.
+
+Errors: a connection that cannot be made or breaks raises ``StoreUnavailable`` (the guard's
+circuit opens on it); any other database error is ``psycopg.Error``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import psycopg
+from sqlalchemy import BigInteger, String, and_, bindparam, or_, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.engine import URL
+
+from celery_durable_beat.exceptions import StoreUnavailable
+from celery_durable_beat.runs.base import FINAL_RUN_STATES, RunState, WriteIf
+from celery_durable_beat.store.sql.engine import PG_NOW, pg_connect_args
+from celery_durable_beat.store.tables import runs
+
+T = TypeVar("T")
+
+IDLE_MAX = 8
+"""Most idle connections a process keeps (its pool threads, the flusher, the heartbeat)."""
+
+_UNFINISHED = [s.value for s in RunState if s not in FINAL_RUN_STATES]
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One statement as psycopg runs it: its text and the values of its constant parameters."""
+
+    sql: str
+    defaults: Mapping[str, Any]
+
+    def params(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        return {**self.defaults, **values}
+
+
+def _compile(stmt: Any) -> Compiled:
+    dialect = PGDialect_psycopg()  # type: ignore[no-untyped-call]
+    compiled = stmt.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
+    return Compiled(str(compiled), dict(compiled.params))
+
+
+def _param(name: str, type_: Any) -> Any:
+    """A parameter each call gives (optional at compile time, so the constants can be rendered)."""
+    return bindparam(name, None, type_=type_, required=False)
+
+
+def _upsert(where: Any, *, claim: bool = False) -> Any:
+    stmt = insert(runs).values(
+        task_id=_param("task_id", String),
+        schedule_key=_param("schedule_key", String),
+        tick_ms=_param("tick_ms", BigInteger),
+        trigger=_param("trigger", String),
+        state=_param("state", String),
+        hostname=_param("owner", String),
+        updated_at_ms=PG_NOW,
+        expires_at_ms=PG_NOW + _param("keep_ms", BigInteger),
+    )
+    excluded = stmt.excluded
+    if claim:
+        where = or_(
+            runs.c.expires_at_ms < excluded.updated_at_ms,
+            and_(_param("retry", BigInteger) > 0, runs.c.state == RunState.RETRIED.value),
+            and_(runs.c.hostname == excluded.hostname, runs.c.state == RunState.STARTED.value),
+        )
+    return stmt.on_conflict_do_update(
+        index_elements=[runs.c.task_id],
+        set_={
+            "state": excluded.state,
+            "hostname": excluded.hostname,
+            "updated_at_ms": excluded.updated_at_ms,
+            "expires_at_ms": excluded.expires_at_ms,
+        },
+        where=where,
+    )
+
+
+def _set_where(*conditions: Any) -> Any:
+    return (
+        update(runs)
+        .where(runs.c.task_id == _param("task_id", String), *conditions)
+        .values(
+            state=_param("state", String),
+            updated_at_ms=PG_NOW,
+            expires_at_ms=PG_NOW + _param("keep_ms", BigInteger),
+        )
+    )
+
+
+_OWNED = runs.c.hostname == _param("owner", String)
+
+CLAIM = _compile(_upsert(None, claim=True).returning(runs.c.task_id))
+"""Rule 1: takes an absent, expired or (a retry) ``retried`` row; ``(task_id,)`` if it did."""
+ALWAYS = _compile(_upsert(None))
+OWNER = _compile(_upsert(runs.c.hostname == insert(runs).excluded.hostname))
+OWNER_SETTLE = _compile(
+    _upsert(runs.c.hostname == insert(runs).excluded.hostname).returning(runs.c.task_id)
+)
+ALWAYS_SETTLE = _compile(_upsert(None).returning(runs.c.task_id))
+_EXCLUDED = insert(runs).excluded
+_UNLESS_ENDED_OTHERWISE = or_(
+    runs.c.state.in_(_UNFINISHED),
+    runs.c.state == _EXCLUDED.state,
+    runs.c.expires_at_ms < _EXCLUDED.updated_at_ms,
+)
+"""``WriteIf.UNLESS_ENDED_OTHERWISE`` (a hard time limit): as ``runs/sql.py`` writes it."""
+UNLESS_ENDED_OTHERWISE = _compile(_upsert(_UNLESS_ENDED_OTHERWISE))
+UNLESS_ENDED_OTHERWISE_SETTLE = _compile(
+    _upsert(_UNLESS_ENDED_OTHERWISE).returning(runs.c.task_id)
+)
+UNFINISHED = _compile(_set_where(runs.c.state.in_(_UNFINISHED)))
+UNFINISHED_SETTLE = _compile(_set_where(runs.c.state.in_(_UNFINISHED)).returning(runs.c.task_id))
+RELEASE = _compile(_set_where(_OWNED))
+HEARTBEAT = _compile(
+    update(runs)
+    .where(
+        runs.c.task_id == _param("task_id", String),
+        _OWNED,
+        runs.c.state == RunState.STARTED.value,
+    )
+    .values(updated_at_ms=PG_NOW, expires_at_ms=PG_NOW + _param("keep_ms", BigInteger))
+)
+STATE = _compile(
+    runs.select().with_only_columns(runs.c.state).where(runs.c.task_id == _param("task_id", String))
+)
+
+
+_BROKEN = (psycopg.OperationalError, psycopg.InterfaceError)
+
+_WRITE = {
+    WriteIf.ALWAYS: ALWAYS,
+    WriteIf.OWNER: OWNER,
+    WriteIf.UNFINISHED: UNFINISHED,
+    WriteIf.UNLESS_ENDED_OTHERWISE: UNLESS_ENDED_OTHERWISE,
+}
+_SETTLE = {
+    WriteIf.ALWAYS: ALWAYS_SETTLE,
+    WriteIf.OWNER: OWNER_SETTLE,
+    WriteIf.UNFINISHED: UNFINISHED_SETTLE,
+    WriteIf.UNLESS_ENDED_OTHERWISE: UNLESS_ENDED_OTHERWISE_SETTLE,
+}
+
+Values = Mapping[str, Any]
+"""One row's parameters: task_id, schedule_key, tick_ms, trigger, state, owner, keep_ms."""
+
+
+def driver_errors() -> tuple[type[BaseException], ...]:
+    """What a direct statement raises besides ``StoreUnavailable``."""
+    return (psycopg.Error,)
+
+
+class DirectPg:
+    """This process's connections for the statements above (module docstring)."""
+
+    def __init__(self, url: URL, shown_url: str) -> None:
+        self._connect_args = pg_connect_args(url)
+        self._shown_url = shown_url
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._lock = threading.Lock()
+
+    # -- the transitions (rules 1, 2, 3, 5 of ``base.py``) --------------------------------------
+    def claim(self, values: Values, attempt: int) -> RunState | None:
+        """None if ``values`` (a ``started`` row) took the tick; else the state that refused."""
+        if self.fetch_one(CLAIM, {**values, "retry": attempt}) is not None:
+            return None
+        found = self.fetch_one(STATE, {"task_id": values["task_id"]})
+        return _state(None if found is None else found[0])
+
+    def settle(self, write_if: WriteIf, values: Values) -> bool:
+        return self.fetch_one(_SETTLE[write_if], values) is not None
+
+    def write(self, writes: Sequence[tuple[WriteIf, Values]]) -> None:
+        """In order, in one transaction: each run of consecutive writes of one kind is one
+        ``executemany`` (one write alone is one autocommit statement)."""
+        if len(writes) == 1:
+            write_if, values = writes[0]
+            self.execute(_WRITE[write_if], values)
+            return
+        groups: list[tuple[Compiled, list[Values]]] = []
+        for write_if, values in writes:
+            statement = _WRITE[write_if]
+            if not groups or groups[-1][0] is not statement:
+                groups.append((statement, []))
+            groups[-1][1].append(values)
+        self.execute_many(groups)
+
+    def release(self, task_id: str, owner: str) -> None:
+        """``unknown``, expired at once, if ``owner`` still holds it."""
+        values = {"task_id": task_id, "owner": owner, "state": RunState.UNKNOWN.value}
+        self.execute(RELEASE, {**values, "keep_ms": -1})
+
+    def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
+        rows = [{"task_id": t, "owner": o, "keep_ms": ttl_ms} for t, o in held]
+        self.execute_many([(HEARTBEAT, rows)])
+
+    # -- statements on this process's connections ---------------------------------------------
+    def fetch_one(self, statement: Compiled, values: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """Run one statement; its first row, if any."""
+        params = statement.params(values)
+        return self._run(lambda conn: conn.execute(statement.sql, params).fetchone())
+
+    def execute(self, statement: Compiled, values: Mapping[str, Any]) -> None:
+        params = statement.params(values)
+        self._run(lambda conn: conn.execute(statement.sql, params))
+
+    def execute_many(self, batches: Sequence[tuple[Compiled, Sequence[Values]]]) -> None:
+        """Every (statement, rows) of ``batches`` in one transaction, each one pipelined
+        ``executemany``."""
+        prepared = [(s.sql, [s.params(v) for v in rows]) for s, rows in batches if rows]
+        if not prepared:
+            return
+
+        def change(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction(), conn.cursor() as cur:
+                for sql, rows in prepared:
+                    cur.executemany(sql, rows)
+
+        self._run(change)
+
+    def _run(self, call: Callable[[psycopg.Connection[Any]], T]) -> T:
+        conn, reused = self._take()
+        try:
+            result = call(conn)
+        except _BROKEN as exc:
+            conn.close()
+            if not reused:
+                raise self._unavailable(exc) from exc
+            conn, _ = self._take(fresh=True)  # the idle one was dead: once more, on a new one
+            try:
+                result = call(conn)
+            except _BROKEN as again:
+                conn.close()
+                raise self._unavailable(again) from again
+            except BaseException:
+                conn.close()
+                raise
+        except BaseException:
+            conn.close()
+            raise
+        self._give(conn)
+        return result
+
+    def _take(self, *, fresh: bool = False) -> tuple[psycopg.Connection[Any], bool]:
+        if not fresh:
+            with self._lock:
+                if self._idle:
+                    return self._idle.pop(), True
+        try:
+            conn = psycopg.connect(autocommit=True, **self._connect_args)
+        except _BROKEN as exc:
+            raise self._unavailable(exc) from exc
+        # Commits stay synchronous (the server's setting): a claim is the dedup guarantee, and
+        # one a PostgreSQL crash forgot would let a redelivered duplicate run.
+        return conn, False
+
+    def _give(self, conn: psycopg.Connection[Any]) -> None:
+        if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            conn.close()
+            return
+        with self._lock:
+            if len(self._idle) < IDLE_MAX:
+                self._idle.append(conn)
+                return
+        conn.close()
+
+    def _unavailable(self, exc: BaseException) -> StoreUnavailable:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return StoreUnavailable(f"the durable beat store at {self._shown_url} failed: {first_line}")
+
+    def close(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _state(value: str | None) -> RunState:
+    try:
+        return RunState(value)
+    except ValueError:
+        return RunState.UNKNOWN
