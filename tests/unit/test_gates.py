@@ -11,6 +11,7 @@ recorded ``enqueued``. The decisions themselves are tested with their modules
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
@@ -211,6 +212,7 @@ def test_after_settle_never_raises_for_any_tracking_error(
     """Rule 5: an error the tracking backend names (not only ``StoreError``: a driver's own)
     while marking the displaced run revoked is logged with its cause, never raised into the
     round that already settled; that revoke is not sent (as for a ``StoreError``)."""
+    caplog.set_level(logging.DEBUG, logger="celery_durable_beat")
     control = Revokes()
     app.control = control
     item, message = replaced_schedule(runs)
