@@ -40,6 +40,7 @@ from sqlalchemy.engine import URL
 
 from celery_durable_beat.exceptions import StoreUnavailable
 from celery_durable_beat.runs.base import FINAL_RUN_STATES, RunState, WriteIf
+from celery_durable_beat.runs.sql import replace_run
 from celery_durable_beat.store.sql.engine import PG_NOW, pg_connect_args
 from celery_durable_beat.store.tables import runs
 
@@ -91,16 +92,7 @@ def _upsert(where: Any, *, claim: bool = False) -> Any:
             and_(_param("retry", BigInteger) > 0, runs.c.state == RunState.RETRIED.value),
             and_(runs.c.hostname == excluded.hostname, runs.c.state == RunState.STARTED.value),
         )
-    return stmt.on_conflict_do_update(
-        index_elements=[runs.c.task_id],
-        set_={
-            "state": excluded.state,
-            "hostname": excluded.hostname,
-            "updated_at_ms": excluded.updated_at_ms,
-            "expires_at_ms": excluded.expires_at_ms,
-        },
-        where=where,
-    )
+    return replace_run(stmt, where)
 
 
 def _set_where(*conditions: Any) -> Any:
@@ -133,9 +125,7 @@ _UNLESS_ENDED_OTHERWISE = or_(
 )
 """``WriteIf.UNLESS_ENDED_OTHERWISE`` (a hard time limit): as ``runs/sql.py`` writes it."""
 UNLESS_ENDED_OTHERWISE = _compile(_upsert(_UNLESS_ENDED_OTHERWISE))
-UNLESS_ENDED_OTHERWISE_SETTLE = _compile(
-    _upsert(_UNLESS_ENDED_OTHERWISE).returning(runs.c.task_id)
-)
+UNLESS_ENDED_OTHERWISE_SETTLE = _compile(_upsert(_UNLESS_ENDED_OTHERWISE).returning(runs.c.task_id))
 UNFINISHED = _compile(_set_where(runs.c.state.in_(_UNFINISHED)))
 UNFINISHED_SETTLE = _compile(_set_where(runs.c.state.in_(_UNFINISHED)).returning(runs.c.task_id))
 RELEASE = _compile(_set_where(_OWNED))

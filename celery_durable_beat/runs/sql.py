@@ -103,20 +103,6 @@ class SqlRunStore(LazyEngine):
             expires_at_ms=now + keep_ms,
         )
 
-    @staticmethod
-    def _replace(stmt: Any, where: ColumnElement[bool] | None) -> Any:
-        excluded = stmt.excluded
-        return stmt.on_conflict_do_update(
-            index_elements=[runs.c.task_id],
-            set_={
-                "state": excluded.state,
-                "hostname": excluded.hostname,
-                "updated_at_ms": excluded.updated_at_ms,
-                "expires_at_ms": excluded.expires_at_ms,
-            },
-            where=where,
-        )
-
     def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
         if self._direct is not None:
             return self._direct.claim(_values(key, RunState.STARTED, owner, ttl_ms), attempt)
@@ -124,7 +110,7 @@ class SqlRunStore(LazyEngine):
         takeover: ColumnElement[bool] = runs.c.expires_at_ms < stmt.excluded.updated_at_ms
         if attempt > 0:  # no attempt column: any retry may take a ``retried`` row
             takeover = or_(takeover, runs.c.state == RunState.RETRIED.value)
-        stmt = self._replace(stmt, takeover).returning(runs.c.task_id)
+        stmt = replace_run(stmt, takeover).returning(runs.c.task_id)
 
         def change(conn: Connection) -> RunState | None:
             if conn.execute(stmt).first() is not None:
@@ -171,7 +157,7 @@ class SqlRunStore(LazyEngine):
                 runs.c.state == stmt.excluded.state,
                 runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
             )
-        return self._replace(stmt, where)
+        return replace_run(stmt, where)
 
     def release(self, task_id: str, owner: str) -> None:
         """``unknown``, expired at once: the requeued delivery claims it (as the guard's own
@@ -224,7 +210,7 @@ class SqlRunStore(LazyEngine):
             runs.c.state == RunState.RETRIED.value,
             runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
         )
-        stmt = self._replace(stmt, where).returning(runs.c.task_id)
+        stmt = replace_run(stmt, where).returning(runs.c.task_id)
         return bool(self._write(lambda conn: conn.execute(stmt).first() is not None))
 
     def get_run(self, task_id: str) -> RunRecord | None:
@@ -380,3 +366,19 @@ if TYPE_CHECKING:
     def _claims(store: SqlRunStore) -> Claims:
         """... and the whole Claims protocol."""
         return store
+
+
+def replace_run(stmt: Any, where: ColumnElement[bool] | None) -> Any:
+    """The run row's upsert: on a conflict the new state, owner and expiry replace the row's,
+    where ``where`` allows (one definition for this module and ``pg_direct.py``)."""
+    excluded = stmt.excluded
+    return stmt.on_conflict_do_update(
+        index_elements=[runs.c.task_id],
+        set_={
+            "state": excluded.state,
+            "hostname": excluded.hostname,
+            "updated_at_ms": excluded.updated_at_ms,
+            "expires_at_ms": excluded.expires_at_ms,
+        },
+        where=where,
+    )
