@@ -22,7 +22,7 @@ expiry instant is before that clock's now.
    delivery is that retry: ``attempt`` at least the attempt the ``retried`` write announced, and
    never attempt 0 (``SqlRunStore`` stores no attempt and takes any attempt > 0). Otherwise
    nothing changes and the state that refused it is returned. Of concurrent claims of one task
-   id exactly one succeeds.
+   id exactly one succeeds. The settles a claim is given are applied first, in order (rule 2).
 2. **Settle / write.** A write follows ``WriteIf``: ``ALWAYS`` replaces; ``OWNER`` applies if the
    tick is absent or held by the write's owner; ``UNFINISHED`` applies only if the tick is
    present and not finished (``FINAL_RUN_STATES``); ``UNLESS_ENDED_OTHERWISE`` applies unless
@@ -173,11 +173,18 @@ class Claims(Protocol):
     def errors(self) -> tuple[type[BaseException], ...]:
         """What a call raises when the backend does not answer."""
 
-    def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
-        """None if this delivery now holds the tick; else the state that refused it (rule 1)."""
+    def claim(
+        self, key: RunKey, owner: str, attempt: int, ttl_ms: int, settles: Sequence[RunWrite] = ()
+    ) -> RunState | None:
+        """None if this delivery now holds the tick; else the state that refused it (rule 1).
+        ``settles`` are applied first, in order, as ``settle_many`` would (rule 2): the guard's
+        deferred run ends travel with the next claim, one round trip for both."""
 
     def settle(self, write: RunWrite) -> bool:
         """Apply one state write (rule 2); True if it applied."""
+
+    def settle_many(self, writes: Sequence[RunWrite]) -> None:
+        """Apply state writes in order (rule 2), in one call where the backend can."""
 
     def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
         """Push on each (task id, owner) still ``started`` (rule 3)."""

@@ -82,9 +82,13 @@ class MemoryRuns:
             return None
         return row
 
-    def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
+    def claim(
+        self, key: RunKey, owner: str, attempt: int, ttl_ms: int, settles: Sequence[RunWrite] = ()
+    ) -> RunState | None:
         with self._lock:
             now = self.clock.now_ms()
+            for write in settles:
+                self._apply(write, now)
             row = self._live(key.task_id, now)
             retry = attempt >= max(1, self._attempts.get(key.task_id, 0))
             if row is not None and not (row.state is RunState.RETRIED and retry):
@@ -95,6 +99,9 @@ class MemoryRuns:
     def settle(self, write: RunWrite) -> bool:
         with self._lock:
             return self._apply(write, self.clock.now_ms())
+
+    def settle_many(self, writes: Sequence[RunWrite]) -> None:
+        self.write(writes)
 
     def write(self, writes: Sequence[RunWrite]) -> None:
         with self._lock:

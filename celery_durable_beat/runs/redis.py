@@ -24,8 +24,58 @@ COUNTERS_KEY = "durable_beat:counters"
 REDIS_TIMEOUT_S = 2.0
 """Socket timeouts of the guard's Redis client: a task must not hang on a dead Redis."""
 
-# KEYS[1] claim key; ARGV owner, attempt, ttl_ms. Nil when claimed, else the stored value.
-_CLAIM = """
+# One settle (rule 2): key, owner, new value, ttl_ms, mode; true when written.
+_SETTLE_ONE = """
+local function settle_one(key, owner, value, ttl, mode)
+  local v = redis.call('GET', key)
+  local ok = false
+  if mode == 'always' then
+    ok = true
+  elseif mode == 'owner' then
+    ok = (not v) or string.match(v, '^[^|]*|[^|]*|(.*)$') == owner
+  elseif mode == 'unfinished' then
+    local state = v and string.match(v, '^([^|]*)|')
+    ok = v and state ~= 'succeeded' and state ~= 'failed' and state ~= 'revoked'
+      and state ~= 'expired'
+  elseif mode == 'unless_ended_otherwise' then
+    local state = v and string.match(v, '^([^|]*)|')
+    ok = (not v) or state == string.match(value, '^([^|]*)|') or (state ~= 'succeeded'
+      and state ~= 'failed' and state ~= 'revoked' and state ~= 'expired')
+  elseif mode == 'revoke' then
+    ok = (not v) or string.match(v, '^([^|]*)|') == 'retried'
+  end
+  if ok then
+    redis.call('SET', key, value, 'PX', ttl)
+  end
+  return ok
+end
+"""
+
+# KEYS settle keys; ARGV four per key (owner, value, ttl_ms, mode). How many were written.
+_SETTLE_MANY = (
+    _SETTLE_ONE
+    + """
+local n = 0
+for i, key in ipairs(KEYS) do
+  local a = (i - 1) * 4
+  if settle_one(key, ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4]) then
+    n = n + 1
+  end
+end
+return n
+"""
+)
+
+# KEYS[1] the claim key, then settle keys; ARGV owner, attempt, ttl_ms, then four per settle
+# key as ``_SETTLE_MANY``. The settles first, in order, then the claim (rule 1): nil when
+# claimed, else the stored value that refused it.
+_CLAIM = (
+    _SETTLE_ONE
+    + """
+for i = 2, #KEYS do
+  local a = 3 + (i - 2) * 4
+  settle_one(KEYS[i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
+end
 local v = redis.call('GET', KEYS[1])
 if v then
   local state, attempt = string.match(v, '^([^|]*)|([^|]*)|')
@@ -36,33 +86,7 @@ end
 redis.call('SET', KEYS[1], 'started|' .. ARGV[2] .. '|' .. ARGV[1], 'PX', ARGV[3])
 return false
 """
-
-# KEYS[1] claim key; ARGV owner, new value, ttl_ms, mode. 1 when written.
-_SETTLE = """
-local v = redis.call('GET', KEYS[1])
-local mode = ARGV[4]
-local ok = false
-if mode == 'always' then
-  ok = true
-elseif mode == 'owner' then
-  ok = (not v) or string.match(v, '^[^|]*|[^|]*|(.*)$') == ARGV[1]
-elseif mode == 'unfinished' then
-  local state = v and string.match(v, '^([^|]*)|')
-  ok = v and state ~= 'succeeded' and state ~= 'failed' and state ~= 'revoked'
-    and state ~= 'expired'
-elseif mode == 'unless_ended_otherwise' then
-  local state = v and string.match(v, '^([^|]*)|')
-  ok = (not v) or state == string.match(ARGV[2], '^([^|]*)|') or (state ~= 'succeeded'
-    and state ~= 'failed' and state ~= 'revoked' and state ~= 'expired')
-elseif mode == 'revoke' then
-  ok = (not v) or string.match(v, '^([^|]*)|') == 'retried'
-end
-if ok then
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-  return 1
-end
-return 0
-"""
+)
 
 # KEYS claim keys; ARGV[1] ttl_ms, then one owner per key. How many were pushed on.
 _HEARTBEAT = """
@@ -117,7 +141,7 @@ class RedisClaims:
         self.client: Any = connect(url, transport_options, timeout=REDIS_TIMEOUT_S)
         self.errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self._claim = self.client.register_script(_CLAIM)
-        self._settle = self.client.register_script(_SETTLE)
+        self._settle = self.client.register_script(_SETTLE_MANY)
         self._heartbeat = self.client.register_script(_HEARTBEAT)
         self._release = self.client.register_script(_RELEASE)
 
@@ -125,32 +149,32 @@ class RedisClaims:
     def key(task_id: str) -> str:
         return KEY_PREFIX + task_id
 
-    def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
-        found = self._claim(
-            keys=[self.key(key.task_id)], args=[_held(owner), attempt, max(1, ttl_ms)]
-        )
+    def claim(
+        self, key: RunKey, owner: str, attempt: int, ttl_ms: int, settles: Sequence[RunWrite] = ()
+    ) -> RunState | None:
+        keys = [self.key(key.task_id)]
+        args: list[str | int] = [_held(owner), attempt, max(1, ttl_ms)]
+        for write in settles:
+            keys.append(self.key(write.key.task_id))
+            args += _settle_args(write)
+        found = self._claim(keys=keys, args=args)
         return None if found is None else parse_state(found)
 
     def settle(self, write: RunWrite) -> bool:
-        return self._set(
-            write.key.task_id,
-            write.state,
-            write.owner,
-            write.attempt,
-            write.keep_ms,
-            write.write_if.value,
-        )
+        return bool(self._settle(keys=[self.key(write.key.task_id)], args=_settle_args(write)))
 
-    def _set(
-        self, task_id: str, state: RunState, owner: str, attempt: int, keep_ms: int, mode: str
-    ) -> bool:
-        value = claim_value(state, attempt, owner)
-        args: list[str | int] = [_held(owner), value, max(1, keep_ms), mode]
-        return bool(self._settle(keys=[self.key(task_id)], args=args))
+    def settle_many(self, writes: Sequence[RunWrite]) -> None:
+        if not writes:
+            return
+        keys = [self.key(write.key.task_id) for write in writes]
+        args = [arg for write in writes for arg in _settle_args(write)]
+        self._settle(keys=keys, args=args)
 
     def mark_revoked(self, key: RunKey, owner: str, keep_ms: int) -> bool:
         """``revoked`` for a tick not started yet (absent or waiting for a retry)."""
-        return self._set(key.task_id, RunState.REVOKED, owner, 0, keep_ms, "revoke")
+        value = claim_value(RunState.REVOKED, 0, owner)
+        args: list[str | int] = [_held(owner), value, max(1, keep_ms), "revoke"]
+        return bool(self._settle(keys=[self.key(key.task_id)], args=args))
 
     def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
         if not held:
@@ -176,6 +200,12 @@ class RedisClaims:
 
     def close(self) -> None:
         self.client.close()
+
+
+def _settle_args(write: RunWrite) -> list[str | int]:
+    """The four script arguments of one settle: owner, new value, ttl_ms, mode."""
+    value = claim_value(write.state, write.attempt, write.owner)
+    return [_held(write.owner), value, max(1, write.keep_ms), write.write_if.value]
 
 
 def _held(owner: str) -> str:

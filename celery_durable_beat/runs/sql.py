@@ -103,7 +103,12 @@ class SqlRunStore(LazyEngine):
             expires_at_ms=now + keep_ms,
         )
 
-    def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
+    def claim(
+        self, key: RunKey, owner: str, attempt: int, ttl_ms: int, settles: Sequence[RunWrite] = ()
+    ) -> RunState | None:
+        """``settles`` are written first, in a transaction of their own (the guard defers no
+        settle when the claims are these rows: its run ends go through tracking)."""
+        self.write(settles)
         if self._direct is not None:
             return self._direct.claim(_values(key, RunState.STARTED, owner, ttl_ms), attempt)
         stmt = self._row(key, RunState.STARTED, owner, ttl_ms)
@@ -132,6 +137,9 @@ class SqlRunStore(LazyEngine):
                 conn.execute(self._write_statement(item))
 
         self._write(change)
+
+    def settle_many(self, writes: Sequence[RunWrite]) -> None:
+        self.write(writes)
 
     def settle(self, write: RunWrite) -> bool:
         if self._direct is not None:

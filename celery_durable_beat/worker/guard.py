@@ -29,11 +29,16 @@ In a worker's main process the heartbeat thread also carries the worker's presen
 Run-state writes to tracking go through ``Tracker`` (``tracker.py``): a failed write is kept and
 written once the store answers again; with the claims apart, the writes are committed by a
 background thread in groups (``background_writes``), so a task never waits for the store. With
-the claims in the store, the claim is committed before the run and the end after it, in the
-task's thread — except the end of a run whose message was acknowledged before it ran (no
-``acks_late``): no redelivery of that message can meet the row, so its end joins the background
-flusher's next commit. A process killed before that commit leaves the row ``started`` until its
-``run_ttl`` expires, as a process killed during the run does.
+the claims in the store, the claim is committed before the run, in the task's thread.
+
+A run's end is never waited for: tracking's row joins the background flusher's next commit, and
+with the claims in Redis the claim's end travels with this process's next claim, one script call
+for both (``ClaimMirror``). Nothing is lost by the wait while the process lives: a duplicate
+delivery meanwhile meets ``started`` and is refused, as the end would refuse it (a redelivered
+one waits for the end). A process killed in the ``GATHER_S`` before the end is written leaves
+the claim ``started`` until its ``run_ttl`` expires, as a process killed during the run does
+(docs/worker.md, guarantee 3). A ``retried`` state and a give-back are written at once: the
+message that may claim the tick next is published after them.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ from celery_durable_beat.runs.base import (
 )
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.worker.presence import Announcer, announce_every
-from celery_durable_beat.worker.tracker import Circuit, Tracker
+from celery_durable_beat.worker.tracker import CLOSE_FLUSH_S, GATHER_S, Circuit, Tracker
 
 log = logging.getLogger("celery_durable_beat.worker")
 
@@ -98,10 +103,15 @@ class NoMirror:
     """Claims that are the tracking rows (the store): the tracker's write of a state settles the
     claim too, so there is nothing more to write."""
 
+    def claim(
+        self, claims: Claims, key: RunKey, owner: str, attempt: int, ttl_ms: int
+    ) -> RunState | None:
+        return claims.claim(key, owner, attempt, ttl_ms)
+
     def claimed(self, tracker: Tracker, write: RunWrite) -> None:
         """The claim already recorded ``started``."""
 
-    def settle(self, write: RunWrite, *, while_down: bool = False) -> None:
+    def settle(self, write: RunWrite, *, while_down: bool = False, defer: bool = False) -> None:
         """The tracker's write is the settle."""
 
     def release(self, task_id: str, owner: str) -> None:
@@ -110,29 +120,90 @@ class NoMirror:
     def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
         """Tracking's heartbeat is the claims' heartbeat."""
 
+    def send_deferred(self) -> None:
+        """Nothing is deferred."""
+
     def close(self) -> None:
         """Tracking is closed by its owner."""
 
 
 class ClaimMirror(NoMirror):
     """Claims apart from tracking (Redis): every state is settled there as well, behind the
-    claims' own circuit; a failure opens it and never fails the task."""
+    claims' own circuit; a failure opens it and never fails the task.
 
-    def __init__(self, claims: Claims, circuit: Circuit) -> None:
+    A run's end (``defer``) is not sent on its own: it waits for the next claim of this process
+    and travels with it, in the same script call (one round trip a tick instead of two), or,
+    when no claim comes within ``GATHER_S``, a thread of its own sends whatever waits in one
+    call. Only ends are deferred: a duplicate that meets the still ``started`` claim meanwhile
+    is refused as it would be by the finished one (a redelivery waits for it). A ``retried``
+    state and a give-back are sent at once, before the message that may claim the tick next
+    exists."""
+
+    def __init__(self, claims: Claims, circuit: Circuit, gather_s: float = GATHER_S) -> None:
         self.claims = claims
         self.circuit = circuit
+        self.gather_s = gather_s
+        self._deferred: list[RunWrite] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._sender: threading.Thread | None = None
+
+    def claim(
+        self, claims: Claims, key: RunKey, owner: str, attempt: int, ttl_ms: int
+    ) -> RunState | None:
+        return claims.claim(key, owner, attempt, ttl_ms, self._take())
 
     def claimed(self, tracker: Tracker, write: RunWrite) -> None:
         tracker.write(write)
 
-    def settle(self, write: RunWrite, *, while_down: bool = False) -> None:
+    def settle(self, write: RunWrite, *, while_down: bool = False, defer: bool = False) -> None:
         """``while_down``: try even while the circuit is open (a state learnt once)."""
         if self.circuit.open() and not while_down:
+            return
+        if defer and not self._stop.is_set():
+            with self._lock:
+                self._deferred.append(write)
+            self._ensure_sender()
+            self._wake.set()
             return
         try:
             self.claims.settle(write)
         except self.claims.errors as exc:
             self.circuit.failed(exc)
+
+    def _take(self) -> list[RunWrite]:
+        with self._lock:
+            taken, self._deferred = self._deferred, []
+        return taken
+
+    def send_deferred(self) -> None:
+        """Send the deferred ends now, in one call (dropped if the claims do not answer: the
+        claims stay ``started`` until their ``run_ttl``, as any unsent settle)."""
+        taken = self._take()
+        if not taken or self.circuit.open():
+            return
+        try:
+            self.claims.settle_many(taken)
+        except self.claims.errors as exc:
+            self.circuit.failed(exc)
+
+    def _ensure_sender(self) -> None:
+        if self._sender is not None and self._sender.is_alive():
+            return
+        with self._lock:
+            if self._sender is None or not self._sender.is_alive():
+                self._sender = threading.Thread(
+                    target=self._send_loop, name="durable-beat-settles", daemon=True
+                )
+                self._sender.start()
+
+    def _send_loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            self._stop.wait(self.gather_s)  # the next claim may carry them first
+            self._wake.clear()
+            self.send_deferred()
 
     def release(self, task_id: str, owner: str) -> None:
         try:
@@ -144,6 +215,12 @@ class ClaimMirror(NoMirror):
         self.claims.heartbeat(held, ttl_ms)
 
     def close(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        sender = self._sender
+        if sender is not None and sender is not threading.current_thread():
+            sender.join(CLOSE_FLUSH_S)
+        self.send_deferred()
         self.claims.close()
 
 
@@ -161,10 +238,12 @@ class GuardRuntime:
         sleep: Callable[[float], None] = time.sleep,
         *,
         background_writes: bool = False,
+        settle_gather_s: float = GATHER_S,
     ) -> None:
         """``background_writes``: commit run states in a thread of their own, in groups, when
         the claims are apart from tracking (``tracker.py``); the store's claims are its rows, so
-        they are always written in the task's thread."""
+        they are always written in the task's thread. ``settle_gather_s``: how long a run's end
+        waits for the next claim to carry it (``ClaimMirror``)."""
         self.pid = os.getpid()
         self.settings = settings
         self.clock: Clock = clock or SystemClock()
@@ -191,7 +270,7 @@ class GuardRuntime:
             self.claim_circuit = Circuit(
                 self.claims.where, Action.DEDUP_UNAVAILABLE, unchecked, self.clock
             )
-            self.mirror = ClaimMirror(self.claims, self.claim_circuit)
+            self.mirror = ClaimMirror(self.claims, self.claim_circuit, settle_gather_s)
         self._errors: tuple[type[BaseException], ...] = (
             StoreError,
             *self.claims.errors,
@@ -229,7 +308,7 @@ class GuardRuntime:
     def _claim(self, key: RunKey, owner: str, attempt: int) -> RunState | None:
         if self.claim_circuit.open():
             raise StoreError("circuit open")
-        found = self.claims.claim(key, owner, attempt, self.run_ttl_ms)
+        found = self.mirror.claim(self.claims, key, owner, attempt, self.run_ttl_ms)
         self.claim_circuit.ok()
         if found is None:
             started = RunWrite(key, RunState.STARTED, owner, self.run_ttl_ms, WriteIf.ALWAYS)
@@ -266,23 +345,22 @@ class GuardRuntime:
         keep = round(max(0.0, delay_s) * 1000) + self.run_ttl_ms
         self._settle(held, RunState.RETRIED, keep, attempt=held.attempt + 1)
 
-    def leave(self, held: Held, state: RunState | None, *, acked: bool = False) -> None:
+    def leave(self, held: Held, state: RunState | None) -> None:
         """The run ended in ``state``; None means it gave the tick back (requeued).
 
-        ``acked``: its message was acknowledged before the run (no ``acks_late``), so no broker
-        redelivery of it can come; with the claims in the store its end is then committed by
-        the background flusher, grouped with others (module docstring)."""
+        The end is written soon rather than now (module docstring): the claim's with the next
+        claim, tracking's by the background flusher, grouped with others."""
         self._release_heartbeat(held)
         if state is None:
             self._give_back(held)
             return
-        self._settle(held, state, self.dedup_ttl_ms, attempt=held.attempt, soon=acked)
+        self._settle(held, state, self.dedup_ttl_ms, attempt=held.attempt, soon=True)
 
     def _settle(
         self, held: Held, state: RunState, keep_ms: int, attempt: int, *, soon: bool = False
     ) -> None:
         write = RunWrite(held.key, state, held.owner, keep_ms, WriteIf.OWNER, attempt)
-        self.mirror.settle(write)
+        self.mirror.settle(write, defer=soon)
         self.tracker.write(write, soon=soon)
 
     def _give_back(self, held: Held) -> None:
@@ -361,6 +439,7 @@ class GuardRuntime:
 
     def heartbeat_once(self) -> None:
         """Push on the claims of every run in progress; flush pending writes; prune now and then."""
+        self.mirror.send_deferred()
         pairs = [(h.key.task_id, h.owner) for h in self.held() if h.claimed]
         if pairs:
             with self._quietly(Action.DEDUP_UNAVAILABLE):
@@ -384,7 +463,9 @@ class GuardRuntime:
             log.debug("heartbeat step failed: %s", cause(exc), extra=log_extra(action))
 
     def flush(self) -> None:
-        """Commit the pending run states now (a process about to exit)."""
+        """Send the deferred claim settles and commit the pending run states now (a process
+        about to exit)."""
+        self.mirror.send_deferred()
         self.tracker.flush()
 
     def close(self) -> None:

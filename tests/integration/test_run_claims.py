@@ -120,6 +120,22 @@ def test_a_claim_is_refused_while_running_and_once_finished(claims: Claims) -> N
     assert claims.claim(key(), "w2", 3, MINUTE) is RunState.SUCCEEDED  # even a "retry"
 
 
+def test_settles_given_to_a_claim_are_applied_first(claims: Claims) -> None:
+    ended, other = key(T0), key(T0 + MINUTE)
+    assert claims.claim(ended, "w1", 0, MINUTE) is None
+    end = RunWrite(ended, RunState.SUCCEEDED, "w1", MINUTE, WriteIf.OWNER)
+    assert claims.claim(other, "w1", 0, MINUTE, [end]) is None
+    assert claims.state(ended.task_id) is RunState.SUCCEEDED
+    # A duplicate of the ended tick carrying its own end meets it finished, not running.
+    again = RunWrite(other, RunState.FAILED, "w1", MINUTE, WriteIf.OWNER)
+    assert claims.claim(ended, "w2", 0, MINUTE, [again]) is RunState.SUCCEEDED
+    assert claims.state(other.task_id) is RunState.FAILED
+    claims.settle_many(
+        [RunWrite(k, RunState.REVOKED, "x", MINUTE, WriteIf.ALWAYS) for k in (ended, other)]
+    )
+    assert claims.state(ended.task_id) is claims.state(other.task_id) is RunState.REVOKED
+
+
 def test_an_expired_claim_is_taken_over(claims: Claims) -> None:
     assert claims.claim(key(), "dead-worker", 0, 1) is None
     wait_until(lambda: claims.state(key().task_id) is None, 10, "the 1 ms claim to expire")

@@ -8,6 +8,7 @@ kept apart from tracking (Redis), with ``MemoryRuns`` standing in for each.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 import pytest
@@ -38,9 +39,15 @@ class Flaky(MemoryRuns):
         if self.down:
             raise StoreUnavailable("the test took it down")
 
-    def claim(self, key: RunKey, owner: str, attempt: int, ttl_ms: int) -> RunState | None:
+    def claim(
+        self, key: RunKey, owner: str, attempt: int, ttl_ms: int, settles: Sequence[RunWrite] = ()
+    ) -> RunState | None:
         self._check()
-        return super().claim(key, owner, attempt, ttl_ms)
+        return super().claim(key, owner, attempt, ttl_ms, settles)
+
+    def settle_many(self, writes: Sequence[RunWrite]) -> None:
+        self._check()
+        super().settle_many(writes)
 
     def settle(self, write: RunWrite) -> bool:
         self._check()
@@ -72,7 +79,11 @@ def make(clock: FakeClock) -> Iterator[Callable[..., GuardRuntime]]:
     ) -> GuardRuntime:
         settings = Settings(run_ttl=3, dedup_ttl=60)
         runs = Runs(claims=claims, tracking=tracking or claims)
-        runtime = GuardRuntime(settings, runs, clock=clock, sleep=sleep or clock.sleep)
+        # Deferred ends wait for the next claim, a flush, a heartbeat or close: never for the
+        # sender thread's real-time timer, which would race the assertions.
+        runtime = GuardRuntime(
+            settings, runs, clock=clock, sleep=sleep or clock.sleep, settle_gather_s=3600
+        )
         made.append(runtime)
         return runtime
 
@@ -93,6 +104,7 @@ def test_a_claimed_tick_runs_and_its_end_is_recorded(
     held = runtime.enter(KEY, hostname="w", attempt=0, redelivered=False)
     assert held.claimed and runs.state(KEY.task_id) is RunState.STARTED
     runtime.leave(held, RunState.SUCCEEDED)
+    runtime.flush()  # an end is written soon, not waited for
     record = runs.get_run(KEY.task_id)
     assert record is not None and record.state is RunState.SUCCEEDED
     assert record.owner == held.owner and record.expires_at_ms == T0 + 60_000
@@ -162,6 +174,7 @@ def test_a_retry_claims_the_tick_and_a_copy_of_the_original_does_not(
         enter(runtime, attempt=0)
     retry = runtime.enter(KEY, hostname="w", attempt=1, redelivered=False)
     runtime.leave(retry, RunState.SUCCEEDED)
+    runtime.flush()
     assert runs.state(KEY.task_id) is RunState.SUCCEEDED
 
 
@@ -203,6 +216,7 @@ def test_claims_kept_apart_are_mirrored_into_tracking(
     held = runtime.enter(KEY, hostname="w", attempt=0, redelivered=False)
     assert claims.state(KEY.task_id) is tracking.state(KEY.task_id) is RunState.STARTED
     runtime.leave(held, RunState.SUCCEEDED)
+    runtime.flush()
     assert claims.state(KEY.task_id) is tracking.state(KEY.task_id) is RunState.SUCCEEDED
 
 
@@ -218,6 +232,98 @@ def test_claims_apart_down_the_tick_runs_unchecked(
     assert not first.claimed and not second.claimed  # fail open, both
     assert tracking.state(KEY.task_id) is RunState.UNKNOWN
     runtime.leave(first, RunState.SUCCEEDED)
+    runtime.flush()
     assert tracking.state(KEY.task_id) is RunState.SUCCEEDED  # the row is first's: it wrote it
     actions = [getattr(r, "action", None) for r in caplog.records]
     assert actions == [Action.DEDUP_UNAVAILABLE.value]
+
+
+class Counting(MemoryRuns):
+    """``MemoryRuns`` that counts the calls a backend round trip would be."""
+
+    def __init__(self, clock: FakeClock) -> None:
+        super().__init__(clock)
+        self.calls: list[str] = []
+
+    def claim(
+        self, key: RunKey, owner: str, attempt: int, ttl_ms: int, settles: Sequence[RunWrite] = ()
+    ) -> RunState | None:
+        self.calls.append(f"claim+{len(settles)}")
+        return super().claim(key, owner, attempt, ttl_ms, settles)
+
+    def settle(self, write: RunWrite) -> bool:
+        self.calls.append("settle")
+        return super().settle(write)
+
+    def settle_many(self, writes: Sequence[RunWrite]) -> None:
+        self.calls.append(f"settle_many+{len(writes)}")
+        super().settle_many(writes)
+
+
+def test_a_run_end_travels_with_the_next_claim_in_one_call(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    claims, tracking = Counting(clock), MemoryRuns(clock)
+    runtime = make(claims, tracking)
+    second = RunKey(tick_task_id("Nightly", T0 + 1), "Nightly", T0 + 1, Trigger.AUTO.value)
+    runtime.leave(enter(runtime), RunState.SUCCEEDED)  # type: ignore[arg-type]
+    assert claims.state(KEY.task_id) is RunState.STARTED  # not sent on its own
+    runtime.enter(second, hostname="w", attempt=0, redelivered=False)
+    assert claims.calls == ["claim+0", "claim+1"]
+    assert claims.state(KEY.task_id) is RunState.SUCCEEDED
+
+
+def test_a_deferred_end_is_sent_before_a_duplicate_is_claimed(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    claims, tracking = Counting(clock), MemoryRuns(clock)
+    runtime = make(claims, tracking)
+    runtime.leave(enter(runtime), RunState.SUCCEEDED)  # type: ignore[arg-type]
+    with pytest.raises(Refused) as refused:
+        enter(runtime, redelivered=True)  # applied first: no wait for a run that ended
+    assert refused.value.state is RunState.SUCCEEDED
+    assert clock.ms == T0
+
+
+def test_a_retried_state_and_a_give_back_are_sent_at_once(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    claims, tracking = Counting(clock), MemoryRuns(clock)
+    runtime = make(claims, tracking)
+    runtime.retrying(enter(runtime), delay_s=0)  # type: ignore[arg-type]
+    assert claims.state(KEY.task_id) is RunState.RETRIED and claims.calls[-1] == "settle"
+    runtime.leave(runtime.enter(KEY, hostname="w", attempt=1, redelivered=False), None)
+    assert claims.state(KEY.task_id) is None  # given back: the requeued copy may claim it
+
+
+def test_a_deferred_end_is_sent_by_the_sender_thread_within_its_gather_time(
+    clock: FakeClock,
+) -> None:
+    claims, tracking = MemoryRuns(clock), MemoryRuns(clock)
+    settings = Settings(run_ttl=3, dedup_ttl=60)
+    runtime = GuardRuntime(
+        settings, Runs(claims, tracking), clock=clock, sleep=clock.sleep, settle_gather_s=0.01
+    )
+    try:
+        runtime.leave(enter(runtime), RunState.SUCCEEDED)  # type: ignore[arg-type]
+        deadline = time.monotonic() + 10
+        while claims.state(KEY.task_id) is not RunState.SUCCEEDED:
+            assert time.monotonic() < deadline, "the sender thread never sent the end"
+            time.sleep(0.005)  # a poll on a deadline
+    finally:
+        runtime.close()
+
+
+def test_deferred_ends_are_sent_by_the_heartbeat_and_on_close(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    claims, tracking = Counting(clock), MemoryRuns(clock)
+    runtime = make(claims, tracking)
+    runtime.leave(enter(runtime), RunState.SUCCEEDED)  # type: ignore[arg-type]
+    runtime.heartbeat_once()
+    assert claims.state(KEY.task_id) is RunState.SUCCEEDED
+    assert "settle_many+1" in claims.calls
+    other = RunKey(tick_task_id("Nightly", T0 + 1), "Nightly", T0 + 1, Trigger.AUTO.value)
+    runtime.leave(runtime.enter(other, "w", 0, False), RunState.FAILED)
+    runtime.close()
+    assert claims.state(other.task_id) is RunState.FAILED
