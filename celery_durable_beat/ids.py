@@ -8,6 +8,12 @@ The id's shape is defined once, here, for both directions (SPEC §4): ``KEY@INST
 automatic tick (``tick_task_id``), ``KEY@manual-HEX32`` for a manual run (``manual_task_id``),
 where KEY is ``schedule_key`` of the name; ``is_tick_id`` recognises exactly those (the worker
 uses it to let events of other task ids cost nothing). The pieces below build both sides.
+
+An id is at most ``TASK_ID_MAX`` characters, the width of the ``task_id`` column of Celery's
+database result backend (``celery.backends.database.models.Task``): a longer id made that
+backend fail on every tick (a solo worker died of it). When KEY@SUFFIX would be longer, KEY is
+cut and ends in ``-`` and the first 8 hex digits of the SHA-1 of the lower-cased name
+(``_fitted_key``), so ids stay distinct, readable and deterministic.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import re
 import uuid
 from datetime import datetime, timezone
 
+TASK_ID_MAX = 155
+"""The longest task id beat makes (SPEC §4): Celery's database result backend's column."""
 _KEY_CHARS = "a-z0-9._-"
 """What a schedule key is made of; every other character of a name becomes ``-``."""
 _OUTSIDE_KEY = re.compile(f"[^{_KEY_CHARS}]+")
@@ -47,9 +55,26 @@ def schedule_key(name: str) -> str:
     lowered = name_key(name)
     key = _OUTSIDE_KEY.sub("-", lowered)
     if key != lowered:
-        digest = hashlib.sha1(lowered.encode("utf-8"), usedforsecurity=False).hexdigest()
-        key = f"{key}-{digest[:8]}"
+        key = f"{key}-{_digest8(lowered)}"
     return key
+
+
+def _digest8(lowered: str) -> str:
+    return hashlib.sha1(lowered.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
+
+
+def _fitted_key(name: str, suffix: str) -> str:
+    """``schedule_key(name)``, cut so that KEY@SUFFIX fits ``TASK_ID_MAX`` (module docstring):
+    the cut key keeps as much of the name as fits, then ``-`` and the name's 8-hex digest."""
+    key = schedule_key(name)
+    room = TASK_ID_MAX - 1 - len(suffix)
+    if len(key) <= room:
+        return key
+    return f"{key[: room - 9]}-{_digest8(name_key(name))}"
+
+
+def _task_id(name: str, suffix: str) -> str:
+    return f"{_fitted_key(name, suffix)}@{suffix}"
 
 
 def format_tick_instant(tick_ms: int) -> str:
@@ -61,7 +86,7 @@ def format_tick_instant(tick_ms: int) -> str:
 
 def tick_task_id(name: str, tick_ms: int) -> str:
     """The Celery task id of an automatic tick, e.g. ``nightly-digest@2026-11-30T03:00:00Z``."""
-    return f"{schedule_key(name)}@{format_tick_instant(tick_ms)}"
+    return _task_id(name, format_tick_instant(tick_ms))
 
 
 def manual_task_id(name: str, idempotency_key: str | None = None) -> str:
@@ -71,7 +96,7 @@ def manual_task_id(name: str, idempotency_key: str | None = None) -> str:
     else:
         material = f"{name_key(name)}\x00{idempotency_key}".encode()
         suffix = hashlib.sha256(material).hexdigest()[:_MANUAL_HEX]
-    return f"{schedule_key(name)}@{_MANUAL}{suffix}"
+    return _task_id(name, f"{_MANUAL}{suffix}")
 
 
 def is_tick_id(task_id: str) -> bool:

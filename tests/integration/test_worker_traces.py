@@ -3,7 +3,9 @@
 - a duplicate delivery the guard refuses leaves no trace: no ``task_prerun``/``task_postrun``,
   no result-backend state written over the first run's ``SUCCESS`` (``task_track_started``);
 - a tick whose task no worker knows is recorded ``unknown_task``, and K of them in a row
-  quarantine the schedule (SPEC §4), with a real beat.
+  quarantine the schedule (SPEC §4), with a real beat;
+- the tick of a schedule whose name is long is stored by Celery's database result backend, whose
+  ``task_id`` column is 155 characters wide (SPEC §4's bound), with a real beat.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.ids import TASK_ID_MAX, schedule_key, tick_task_id
 from celery_durable_beat.model import Action, ScheduleState
 from celery_durable_beat.runs.base import RunState
 from celery_durable_beat.store.sql import SqlStore
@@ -99,4 +101,30 @@ def test_ticks_of_a_task_no_worker_knows_quarantine_the_schedule(make_rig: Any) 
     )
     newest = events[0]
     assert (newest.outcome.value, newest.reason) == ("skipped", "quarantined")
+    rig.assert_all_alive()
+
+
+def test_a_long_named_schedules_tick_is_stored_by_celerys_database_result_backend(
+    make_rig: Any, pg_url: str
+) -> None:
+    name = "Quarterly " + "revenue-report-" * 11 + "final"  # 180 characters; a space: a digest
+    assert len(name) == 180
+    assert len(f"{schedule_key(name)}@2026-11-30T03:00:00Z") > TASK_ID_MAX  # uncut, it would fail
+    backend = f"db+{pg_url}"  # celery.backends.database: task_id VARCHAR(155)
+    rig = make_rig(result_backend=backend)
+    rig.worker("solo")  # the pool the issue saw die of a longer id ("Unrecoverable error")
+    rig.beat(schedule={name: {"task": "procapp.echo", "schedule": "@every 1s"}})
+    first = wait_until(
+        lambda: next((e for e in rig.history(name) if e.outcome.value == "enqueued"), None),
+        60,
+        "a tick of the long-named schedule enqueued",
+    )
+    assert first.task_id == tick_task_id(name, first.tick_ms) and len(first.task_id) <= 155
+    reader = Celery("reader", backend=backend, set_as_current=False)
+    try:
+        assert reader.AsyncResult(first.task_id).get(timeout=60) == first.task_id
+        print(f"stored and fetched: {first.task_id} ({len(first.task_id)} characters)")
+    finally:
+        reader.close()
+    wait_until(lambda: rig.state(first.task_id) is RunState.SUCCEEDED, 30, "its run recorded")
     rig.assert_all_alive()

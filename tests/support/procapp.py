@@ -166,6 +166,13 @@ def record(self: Any, *args: Any, **kwargs: Any) -> None:
     _append("TICKS_FILE", _row(self, "run", args=list(args), kwargs=kwargs))
 
 
+@app.task(name="procapp.echo", bind=True)
+def echo(self: Any) -> str:
+    """Returns its own task id: a result backend stores it under that id."""
+    _append("TICKS_FILE", _row(self, "run"))
+    return str(self.request.id)
+
+
 @app.task(name="procapp.sleepy", bind=True)
 def sleepy(self: Any, seconds: float = 1.0) -> None:
     _append("TICKS_FILE", _row(self, "start"))

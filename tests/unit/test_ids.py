@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from celery_durable_beat.ids import (
+    TASK_ID_MAX,
     format_tick_instant,
     is_tick_id,
     jitter_offset_ms,
@@ -151,6 +152,41 @@ def test_every_id_beat_makes_has_the_tick_id_shape(
 )
 def test_other_ids_do_not_have_the_tick_id_shape(task_id: str) -> None:
     assert not is_tick_id(task_id)
+
+
+long_names = st.text(min_size=100, max_size=200)
+
+
+@PROPERTY
+@given(name=long_names, tick_ms=st.integers(0, 253_402_300_799_999), idem=st.text(max_size=20))
+def test_every_id_fits_celerys_result_backend_column(name: str, tick_ms: int, idem: str) -> None:
+    for task_id in (tick_task_id(name, tick_ms), manual_task_id(name, idem)):
+        assert len(task_id) <= TASK_ID_MAX == 155
+        assert is_tick_id(task_id)
+    assert tick_task_id(name, tick_ms).endswith("@" + format_tick_instant(tick_ms))
+
+
+def test_a_long_key_is_cut_and_ends_in_the_names_digest() -> None:
+    name = "Nightly " + "x" * 180
+    task_id = tick_task_id(name, DIGEST_MS)
+    key, _, instant = task_id.partition("@")
+    assert len(task_id) == 155 and instant == "2026-11-30T03:00:00Z"
+    assert key == schedule_key(name)[: 155 - 1 - 20 - 9] + "-" + sha8(name)
+    assert key.startswith(f"nightly-{'x' * 20}")
+    assert tick_task_id(name.upper(), DIGEST_MS) == task_id  # names compare case-insensitively
+
+
+def test_ids_that_fit_are_not_cut() -> None:
+    name = "a" * (155 - 1 - 20)
+    assert tick_task_id(name, DIGEST_MS) == f"{name}@2026-11-30T03:00:00Z"
+    assert tick_task_id(name + "b", DIGEST_MS) != f"{name}b@2026-11-30T03:00:00Z"
+
+
+@PROPERTY
+@given(first=long_names, second=long_names)
+def test_distinct_long_names_never_share_an_id(first: str, second: str) -> None:
+    if first.lower() != second.lower():
+        assert tick_task_id(first, DIGEST_MS) != tick_task_id(second, DIGEST_MS)
 
 
 def test_manual_and_tick_ids_cannot_collide() -> None:
