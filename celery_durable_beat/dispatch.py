@@ -24,7 +24,7 @@ and none at all when the round fails.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from celery_durable_beat import faults
@@ -51,6 +51,8 @@ log = logging.getLogger("celery_durable_beat.dispatch")
 
 CONFIRM_EVERY = 200
 """Most buffered publishes before the round confirms them with the broker."""
+SENT_LINES_MAX = 100
+"""Most ``Sending due task`` lines a round writes; a larger burst is one line (SPEC §4)."""
 
 
 @dataclass
@@ -160,6 +162,7 @@ class Dispatcher:
         self.gate.after_settle(
             {e.task_id for e in stats.events if e.outcome is Outcome.ENQUEUED and e.task_id}
         )
+        _log_sent(stats.events, {item.due.name: item.due.definition.task for item in work})
         stats.conflicts = applied.count(False)
         if stats.conflicts:
             log.info(
@@ -366,6 +369,31 @@ class Dispatcher:
             failures=failures,
             state=state,
             buffered_tick_ms=held if state is ScheduleState.ACTIVE else None,
+        )
+
+
+def _log_sent(events: Sequence[AuditEvent], tasks: Mapping[str, str]) -> None:
+    """Stock beat's INFO line for each tick now recorded ``enqueued`` (log-based monitoring
+    greps for ``Sending due task <name>``), with the task id after it; a burst of more than
+    ``SENT_LINES_MAX`` ticks is one line, so a catch-up cannot flood the log."""
+    sent = [e for e in events if e.outcome is Outcome.ENQUEUED and e.task_id]
+    if len(sent) > SENT_LINES_MAX:
+        schedules = len({e.schedule for e in sent})
+        log.info(
+            "Scheduler: Sending due tasks: %d ticks of %d schedules",
+            len(sent),
+            schedules,
+            extra=log_extra(Action.TICK_SENT, ticks=len(sent), schedules=schedules),
+        )
+        return
+    for e in sent:
+        task = tasks.get(e.schedule, "")
+        log.info(
+            "Scheduler: Sending due task %s (%s) %s",
+            e.schedule,
+            task,
+            e.task_id,
+            extra=log_extra(Action.TICK_SENT, schedule=e.schedule, task=task, task_id=e.task_id),
         )
 
 

@@ -150,6 +150,9 @@ class Action(str, Enum):
     unit test keeps that list complete).
     """
 
+    TICK_SENT = "tick_sent"
+    """A tick was published and recorded ``enqueued``: stock beat's ``Scheduler: Sending due
+    task`` line, or one line for a round of more than ``dispatch.SENT_LINES_MAX`` ticks."""
     PUBLISH_FAILED = "publish_failed"
     """A tick's publish failed; the record names the schedule, the task id and the reason."""
     PUBLISH_RAISED = "publish_raised"

@@ -4,7 +4,9 @@
 since the last sweep; then:
 
 1. one indexed read of the watched ticks whose recheck is due (``RoundStore`` rule 11), at most
-   ``limit`` (the rest wait for the next sweep): an idle sweep is that one probe;
+   ``limit`` (the rest wait for the next sweep, which then comes at the next call instead of in
+   ``sweep_ms``: a beat dispatching more ticks a second than a sweep every few seconds looks at
+   still sees each in time): an idle sweep is that one probe;
 2. on a Redis broker, one probe of the broker for their messages (``BrokerProbe``, one snapshot
    per queue), *then* the runs port for which of them a worker has claimed (any run state in
    tracking; with Redis claims, the claim keys of the rest): read after the probe, so a tick
@@ -97,6 +99,11 @@ class RedeliverySweep:
         candidates = self.store.redelivery_candidates(now_ms, self.limit)
         if not candidates:
             return []
+        if len(candidates) >= self.limit:
+            # More are due: the next call sweeps again rather than in ``sweep_ms``, so the sweep
+            # keeps up with any tick rate (a lost tick behind thousands of claimed ones, which
+            # each sweep removes, is still found in seconds).
+            self._next_ms = now_ms
         messages = {c.task_id: redelivery_message(c) for c in candidates}
         queues = {c.task_id: self._queue(messages[c.task_id]) for c in candidates}
         self._probe(candidates, queues, now_ms)

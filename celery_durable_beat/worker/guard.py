@@ -31,14 +31,18 @@ written once the store answers again; with the claims apart, the writes are comm
 background thread in groups (``background_writes``), so a task never waits for the store. With
 the claims in the store, the claim is committed before the run, in the task's thread.
 
-A run's end is never waited for: tracking's row joins the background flusher's next commit, and
-with the claims in Redis the claim's end travels with this process's next claim, one script call
-for both (``ClaimMirror``). Nothing is lost by the wait while the process lives: a duplicate
-delivery meanwhile meets ``started`` and is refused, as the end would refuse it (a redelivered
-one waits for the end). A process killed in the ``GATHER_S`` before the end is written leaves
-the claim ``started`` until its ``run_ttl`` expires, as a process killed during the run does
-(docs/worker.md, guarantee 3). A ``retried`` state and a give-back are written at once: the
-message that may claim the tick next is published after them.
+The end of a run whose message was acknowledged before it ran (no ``acks_late``, Celery's
+default) is not waited for: tracking's row joins the background flusher's next commit, and with
+the claims in Redis the claim's end travels with this process's next claim, one script call for
+both (``ClaimMirror``). No broker redelivery of that message can come, and a duplicate delivered
+meanwhile meets ``started`` and is refused, as the end would refuse it. A process killed in the
+``GATHER_S`` before the end is written leaves the claim ``started`` until its ``run_ttl``
+expires, which nothing waits for. An ``acks_late`` run's end is written in the task's thread,
+before the worker acknowledges its message: a worker killed between the two leaves a finished
+claim, which refuses the broker's redelivery at once (a deferred end lost with the process
+would leave ``started``, which the redelivery waits out for ``run_ttl`` and then runs again:
+measured, about one rerun per pool process per kill). A ``retried`` state and a give-back are
+written at once too: the message that may claim the tick next is published after them.
 """
 
 from __future__ import annotations
@@ -345,16 +349,19 @@ class GuardRuntime:
         keep = round(max(0.0, delay_s) * 1000) + self.run_ttl_ms
         self._settle(held, RunState.RETRIED, keep, attempt=held.attempt + 1)
 
-    def leave(self, held: Held, state: RunState | None) -> None:
+    def leave(self, held: Held, state: RunState | None, *, acked: bool = False) -> None:
         """The run ended in ``state``; None means it gave the tick back (requeued).
 
-        The end is written soon rather than now (module docstring): the claim's with the next
-        claim, tracking's by the background flusher, grouped with others."""
+        ``acked``: its message was acknowledged before the run (no ``acks_late``), so no broker
+        redelivery of it can come: the end is then written soon rather than now (module
+        docstring). An ``acks_late`` run's end is written before its message is acknowledged,
+        so a worker killed between the two leaves a finished claim that refuses the redelivery
+        at once, instead of a ``started`` one that it waits out and then runs again."""
         self._release_heartbeat(held)
         if state is None:
             self._give_back(held)
             return
-        self._settle(held, state, self.dedup_ttl_ms, attempt=held.attempt, soon=True)
+        self._settle(held, state, self.dedup_ttl_ms, attempt=held.attempt, soon=acked)
 
     def _settle(
         self, held: Held, state: RunState, keep_ms: int, attempt: int, *, soon: bool = False

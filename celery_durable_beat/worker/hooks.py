@@ -355,7 +355,7 @@ def _on_postrun(
         if not getattr(request, _RETRIED, False):  # Retry raised without Task.retry
             runtime.retrying(held, float(task.default_retry_delay or 0))
         return
-    runtime.leave(held, _end_state(state, retval))
+    runtime.leave(held, _end_state(state, retval), acked=not getattr(task, "acks_late", False))
 
 
 def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, **_: Any) -> None:

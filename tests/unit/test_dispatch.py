@@ -6,6 +6,7 @@ wrote, a stored definition this version cannot read) is in ``tests/integration/t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
 import pytest
@@ -279,3 +280,48 @@ def test_the_lease_check_runs_before_every_publish_and_stops_only_between_schedu
     assert calls == [0, 0, 1, 2, 3, 4, 5]  # before a, before each publish, then before b: stop
     assert stats.claimed == 2
     assert store.history("b", 10) == []  # b stays due for whoever leads next
+
+
+def _sent_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if getattr(r, "action", "") == "tick_sent"]
+
+
+def test_each_enqueued_tick_is_logged_in_stock_beats_words(
+    store: FaultyMemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stock beat (``celery.beat.Scheduler.apply_entry``, Celery's reference) logs
+    ``Scheduler: Sending due task <name> (<task>)`` at INFO per tick; so does the round, after
+    the tick is recorded ``enqueued``, with its task id after it (SPEC §4)."""
+    from celery import Celery
+    from celery.beat import ScheduleEntry, Scheduler
+
+    app = Celery("stock", broker="memory://", set_as_current=False)
+    caplog.set_level(logging.INFO)
+    stock = Scheduler(app, lazy=True)
+    entry = ScheduleEntry(name="Nightly digest", task="proj.digest", schedule=60.0, app=app)
+    stock.apply_entry(entry)
+    (stock_line,) = [r.getMessage() for r in caplog.records if r.name == "celery.beat"]
+    app.close()
+
+    sync_definitions(
+        store, _defs(**{"Nightly digest": {"task": "proj.digest", "schedule": 60}}), T0
+    )
+    _round(store, CapturingPublisher(), T0 + 60_000)
+    (line,) = _sent_lines(caplog)
+    (record,) = store.history("Nightly digest", 10)
+    assert line == f"{stock_line} {record.task_id}"
+    assert stock_line == "Scheduler: Sending due task Nightly digest (proj.digest)"
+
+
+def test_a_burst_of_over_100_ticks_is_one_line(
+    store: FaultyMemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    entries = {f"s{i:03d}": {"task": "t.x", "schedule": 60} for i in range(101)}
+    sync_definitions(store, _defs(**entries), T0)
+    caplog.set_level(logging.INFO, logger="celery_durable_beat.dispatch")
+    _round(store, CapturingPublisher(), T0 + 60_000)
+    assert _sent_lines(caplog) == ["Scheduler: Sending due tasks: 101 ticks of 101 schedules"]
+    caplog.clear()
+    sync_definitions(store, _defs(**dict(list(entries.items())[:100])), T0)
+    _round(store, CapturingPublisher(), T0 + 120_000)
+    assert len(_sent_lines(caplog)) == 100  # at most 100: a line each

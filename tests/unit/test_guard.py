@@ -266,7 +266,7 @@ def test_a_run_end_travels_with_the_next_claim_in_one_call(
     claims, tracking = Counting(clock), MemoryRuns(clock)
     runtime = make(claims, tracking)
     second = RunKey(tick_task_id("Nightly", T0 + 1), "Nightly", T0 + 1, Trigger.AUTO.value)
-    runtime.leave(enter(runtime), RunState.SUCCEEDED)  # type: ignore[arg-type]
+    runtime.leave(enter(runtime), RunState.SUCCEEDED, acked=True)  # type: ignore[arg-type]
     assert claims.state(KEY.task_id) is RunState.STARTED  # not sent on its own
     runtime.enter(second, hostname="w", attempt=0, redelivered=False)
     assert claims.calls == ["claim+0", "claim+1"]
@@ -278,11 +278,22 @@ def test_a_deferred_end_is_sent_before_a_duplicate_is_claimed(
 ) -> None:
     claims, tracking = Counting(clock), MemoryRuns(clock)
     runtime = make(claims, tracking)
-    runtime.leave(enter(runtime), RunState.SUCCEEDED)  # type: ignore[arg-type]
+    runtime.leave(enter(runtime), RunState.SUCCEEDED, acked=True)  # type: ignore[arg-type]
     with pytest.raises(Refused) as refused:
         enter(runtime, redelivered=True)  # applied first: no wait for a run that ended
     assert refused.value.state is RunState.SUCCEEDED
     assert clock.ms == T0
+
+
+def test_an_acks_late_runs_end_is_sent_before_leave_returns(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    """Its message is acknowledged after: a worker killed in between must leave it finished."""
+    claims, tracking = Counting(clock), MemoryRuns(clock)
+    runtime = make(claims, tracking)
+    runtime.leave(enter(runtime), RunState.SUCCEEDED)  # type: ignore[arg-type]
+    assert claims.calls == ["claim+0", "settle"]
+    assert claims.state(KEY.task_id) is RunState.SUCCEEDED
 
 
 def test_a_retried_state_and_a_give_back_are_sent_at_once(
@@ -305,7 +316,7 @@ def test_a_deferred_end_is_sent_by_the_sender_thread_within_its_gather_time(
         settings, Runs(claims, tracking), clock=clock, sleep=clock.sleep, settle_gather_s=0.01
     )
     try:
-        runtime.leave(enter(runtime), RunState.SUCCEEDED)  # type: ignore[arg-type]
+        runtime.leave(enter(runtime), RunState.SUCCEEDED, acked=True)  # type: ignore[arg-type]
         deadline = time.monotonic() + 10
         while claims.state(KEY.task_id) is not RunState.SUCCEEDED:
             assert time.monotonic() < deadline, "the sender thread never sent the end"
@@ -319,11 +330,11 @@ def test_deferred_ends_are_sent_by_the_heartbeat_and_on_close(
 ) -> None:
     claims, tracking = Counting(clock), MemoryRuns(clock)
     runtime = make(claims, tracking)
-    runtime.leave(enter(runtime), RunState.SUCCEEDED)  # type: ignore[arg-type]
+    runtime.leave(enter(runtime), RunState.SUCCEEDED, acked=True)  # type: ignore[arg-type]
     runtime.heartbeat_once()
     assert claims.state(KEY.task_id) is RunState.SUCCEEDED
     assert "settle_many+1" in claims.calls
     other = RunKey(tick_task_id("Nightly", T0 + 1), "Nightly", T0 + 1, Trigger.AUTO.value)
-    runtime.leave(runtime.enter(other, "w", 0, False), RunState.FAILED)
+    runtime.leave(runtime.enter(other, "w", 0, False), RunState.FAILED, acked=True)
     runtime.close()
     assert claims.state(other.task_id) is RunState.FAILED

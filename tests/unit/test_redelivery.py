@@ -215,6 +215,20 @@ def test_at_most_redeliver_max_copies_each_after_redeliver_after() -> None:
     assert beat.store.redelivery_candidates(T0 + 10**9, 10) == []  # given up
 
 
+def test_a_full_sweep_sweeps_again_at_the_next_call_not_in_sweep_ms() -> None:
+    probe = Probe()
+    beat = Beat(probe=probe)
+    (other,) = validate_entries({"tock": {"task": "t.x", "schedule": "@every 60s"}})
+    beat.store.upsert(other, Source.CONFIG, T0, T0)
+    Dispatcher(beat.store, beat.publisher, redeliver_after_ms=AFTER).run_round(T0, 1)
+    beat.sweep.limit = 1  # one candidate fills a sweep: two are due
+    beat.at(T0 + AFTER)
+    beat.at(T0 + AFTER + 1)  # full before: sweeps again now, not in sweep_ms
+    asked = [t for wanted in probe.asked for ids in wanted.values() for t in ids]
+    assert sorted(asked) == sorted([beat.task_id, tick_task_id("tock", T0)])
+    assert beat.at(T0 + AFTER + 2) == [] and len(probe.asked) == 2  # none due now
+
+
 def test_fifo_without_a_probe_needs_a_later_claim() -> None:
     beat = Beat(probe=None)
     assert beat.at(T0 + AFTER) == []
