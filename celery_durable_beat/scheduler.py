@@ -10,8 +10,9 @@ from settings and answers Celery's hooks. Celery's own behaviour shapes it (seen
 * ``tick()`` is called in bursts just before a due instant, so it answers from a monotonic
   wake-up time without a store query until something can be due.
 * SIGTERM/SIGINT raise ``SystemExit`` wherever the main thread is. A round in flight would be cut
-  between publish and audit; the handler installed here defers the exit to the end of the round.
-  ``close()`` then releases the lease, so a standby takes over on its next round.
+  between publish and audit; the handler installed here (for SIGHUP too, which would otherwise
+  end the process with the lease held) defers the exit to the end of the round. ``close()`` then
+  releases the lease, so a standby takes over on its next round.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from celery_durable_beat.urls import redact_url
 from celery_durable_beat.wiring import make_beat_loop
 
 log = logging.getLogger("celery_durable_beat.scheduler")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""What ends beat cleanly. SIGHUP too: its default action ends the process on the spot, with the
+lease still held, so the next beat would wait out its TTL (a terminal closed, a unit reloaded)."""
 EXIT_INVALID_CONFIG = 2
 """Beat's exit status on an invalid config: the status ``durable-beat check`` gives it too."""
 
@@ -135,7 +139,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         )
 
     def _install_signal_handlers(self) -> None:
-        """Finish the round in flight before exiting on SIGTERM/SIGINT (main thread only)."""
+        """Finish the round in flight before exiting on SIGTERM, SIGINT or SIGHUP (main thread
+        only); ``close()`` then releases the lease (SPEC §14)."""
 
         def handler(signum: int, frame: Any) -> None:
             # No lease work here: Celery swallows what a handler raises. close() releases.
@@ -144,8 +149,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             self._stop_requested = True
 
         try:
-            signal.signal(signal.SIGTERM, handler)
-            signal.signal(signal.SIGINT, handler)
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, handler)
         except ValueError:  # not the main thread (embedded beat): Celery's handlers stay
             log.debug(
                 "signal handlers left to Celery (not the main thread)",
