@@ -20,7 +20,12 @@ from celery_durable_beat.exceptions import ConfigError, ConfigProblem, SettingPr
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Definition
 from celery_durable_beat.schedules.spec import CronFields, DayRule
-from celery_durable_beat.schedules.validate import EntryDefaults, validate_entries, zone_problem
+from celery_durable_beat.schedules.validate import (
+    RELATIVE_REFUSED,
+    EntryDefaults,
+    validate_entries,
+    zone_problem,
+)
 from celery_durable_beat.settings import Settings
 
 _CRONTAB_FIELDS = (
@@ -117,6 +122,8 @@ def translate_entry(name: str, entry: Any) -> Any:
     if type(value) is crontab:  # a subclass may compute its own times: refused below
         return {**entry, "schedule": CronFields(crontab_fields(value), DayRule.BOTH)}
     if type(value) is schedule:
+        if value.relative:
+            raise ConfigError([ConfigProblem(name, "schedule", RELATIVE_REFUSED)])
         return {**entry, "schedule": value.run_every.total_seconds()}
     if isinstance(value, (schedule, crontab)) or (
         hasattr(value, "is_due") and hasattr(value, "remaining_estimate")

@@ -30,6 +30,11 @@ from celery_durable_beat.schedules.spec import (
     parse_schedule,
 )
 
+RELATIVE_REFUSED = (
+    "relative=True is not supported: intervals are aligned to the Unix epoch so tick ids "
+    "survive restarts; remove relative"
+)
+"""The refusal of stock beat's ``relative``, as an entry key or on ``schedule(…)`` (SPEC §14)."""
 STOCK_KEYS = ("task", "schedule", "args", "kwargs", "options", "relative")
 EXTRA_KEYS = (
     "tz",
@@ -153,11 +158,7 @@ def _check_fields(
     values["pause_on_failure"] = _check_pause_on_failure(entry.get("pause_on_failure"), found)
     values["require_worker"] = _check_bool(entry, "require_worker", found, default=False)
     if entry.get("relative"):
-        found.add(
-            "relative",
-            "relative=True is not supported: intervals are aligned to the Unix "
-            "epoch so tick ids survive restarts; remove relative",
-        )
+        found.add("relative", RELATIVE_REFUSED)
     return values
 
 
@@ -263,33 +264,47 @@ def _check_mapping(entry: Mapping[str, Any], field: str, found: _Collector) -> d
     return dict(value)
 
 
+_JSON_VALUES = "use strings, numbers, booleans, None, lists and dicts with string keys"
+_FIXES = {
+    "BeatLazyFunc": (
+        "stock beat calls it at each tick; here use the {{scheduled_for}} or "
+        "{{scheduled_for_ms}} placeholder, which beat fills with each tick's planned instant"
+    ),
+    "datetime": (
+        "use an ISO 8601 string, or the {{scheduled_for}} placeholder for the tick's instant"
+    ),
+    "date": "use an ISO 8601 string such as '2026-12-01'",
+}
+"""The replacement a refusal names for what stock beat accepts in args, kwargs and options
+(SPEC §14); anything else gets the list of JSON values."""
+
+
 def _check_json(field: str, value: object, found: _Collector) -> None:
     bad = _first_non_json(value)
     if bad is not None:
-        found.add(
-            field,
-            f"{field} holds {bad}, which cannot be stored as JSON; "
-            "use strings, numbers, booleans, None, lists and dicts with string keys",
-        )
+        what, kind = bad
+        fix = _FIXES.get(kind, _JSON_VALUES)
+        found.add(field, f"{field} holds {what}, which cannot be stored as JSON; {fix}")
 
 
-def _first_non_json(value: object) -> str | None:
-    """What in ``value`` is not a JSON value, or None."""
+def _first_non_json(value: object) -> tuple[str, str] | None:
+    """What in ``value`` is not a JSON value (described, and its type's name), or None."""
     if value is None or isinstance(value, (str, bool, int)):
         return None
     if isinstance(value, float):
-        return None if math.isfinite(value) else repr(value)
+        return None if math.isfinite(value) else (repr(value), "float")
     if isinstance(value, (list, tuple)):
         return next((b for b in map(_first_non_json, value) if b is not None), None)
     if isinstance(value, Mapping):
         return _first_non_json_mapping(value)
-    return f"a {type(value).__name__}"
+    kind = type(value).__name__
+    return f"a {kind}", kind
 
 
-def _first_non_json_mapping(value: Mapping[Any, Any]) -> str | None:
+def _first_non_json_mapping(value: Mapping[Any, Any]) -> tuple[str, str] | None:
     for key, item in value.items():
         if not isinstance(key, str):
-            return f"the non-string key {key!r}"
+            return f"the non-string key {key!r}", "key"
         bad = _first_non_json(item)
         if bad is not None:
             return bad

@@ -6,6 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from celery import Celery
+from celery.beat import BeatLazyFunc
 from celery.schedules import crontab, schedule, solar
 
 from celery_durable_beat.celery_config import definitions_from_app
@@ -70,6 +71,40 @@ def test_solar_and_custom_classes_are_refused_with_every_other_problem() -> None
     assert 'schedule "moon": EveryFullMoon is a custom schedule class' in text
     assert 'schedule "typo": unknown key "missd"' in text
     assert len(caught.value.problems) == 3
+
+
+def test_relative_is_refused_on_schedule_as_on_the_entry_key() -> None:
+    """Stock beat accepts ``schedule(..., relative=True)`` (it rounds the first run to the
+    interval); durable beat aligns intervals to the epoch, so it refuses both spellings with the
+    same reason (SPEC §14), never ignoring one in silence."""
+    stock = schedule(timedelta(seconds=30), relative=True)
+    assert stock.relative  # what a stock beat user wrote, accepted by Celery
+    with pytest.raises(ConfigError) as on_schedule:
+        _definitions({"r": {"task": "t", "schedule": stock}})
+    with pytest.raises(ConfigError) as on_entry:
+        _definitions({"r": {"task": "t", "schedule": 30, "relative": True}})
+    assert "relative=True is not supported" in str(on_schedule.value)
+    assert on_schedule.value.problems[0].problem == on_entry.value.problems[0].problem
+
+
+@pytest.mark.parametrize(
+    ("value", "fix"),
+    [
+        (BeatLazyFunc(lambda: 1), "use the {{scheduled_for}} or {{scheduled_for_ms}} placeholder"),
+        (datetime(2026, 12, 1, tzinfo=timezone.utc), "use an ISO 8601 string"),
+    ],
+    ids=["BeatLazyFunc", "datetime"],
+)
+def test_what_stock_beat_evaluates_in_args_is_refused_with_its_replacement(
+    value: object, fix: str
+) -> None:
+    """Stock beat calls a ``BeatLazyFunc`` in args at each tick and pickles datetimes; neither
+    can be stored, so the refusal names what to write instead (SPEC §14)."""
+    with pytest.raises(ConfigError) as caught:
+        _definitions({"l": {"task": "t", "schedule": 60, "args": [value]}})
+    (problem,) = caught.value.problems
+    assert problem.field == "args" and fix in problem.problem
+    assert f"a {type(value).__name__}" in problem.problem
 
 
 def test_non_schedule_objects_are_refused() -> None:
