@@ -43,6 +43,19 @@ EXIT_INVALID_CONFIG = 2
 """Beat's exit status on an invalid config: the status ``durable-beat check`` gives it too."""
 
 
+STOCK_SCHEDULE_FILE = "celerybeat-schedule"
+"""Celery's default ``beat_schedule_filename``: what ``celery beat`` passes when no ``-s``."""
+
+
+def longest_sleep(requested: float | None, poll_interval: float) -> float:
+    """The longest sleep between rounds: ``--max-interval`` (``beat_max_loop_interval``) when it
+    is shorter than ``durable_beat_poll_interval``, else the poll interval (SPEC §14). Celery's
+    banner shows this value, the one in force."""
+    if requested is not None and 0 < requested < poll_interval:
+        return requested  # as given: Celery's banner prints it like stock beat's
+    return poll_interval
+
+
 def _refuse(exc: ConfigError | SchemaOutdated, logged: bool = False) -> NoReturn:
     """Say what is wrong in one log line per problem, then exit with ``EXIT_INVALID_CONFIG``.
 
@@ -76,8 +89,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self.loop: BeatLoop | None = None
         self._closed = self._in_round = self._stop_requested = False
         self._wake_at = 0.0
+        self._schedule_file = kwargs.get("schedule_filename")
         super().__init__(app, *args, **kwargs)
-        self.max_interval = self.settings.poll_interval  # `celery beat` passes max_interval=None
+        self.max_interval = longest_sleep(kwargs.get("max_interval"), self.settings.poll_interval)
 
     def setup_schedule(self) -> None:
         try:
@@ -90,6 +104,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             _refuse(exc)
         self.store, self.lease, self.dispatcher = loop.store, loop.leadership.lease, loop.dispatcher
         self._install_signal_handlers()
+        self._warn_schedule_file()
         lease_url = self.settings.lease_url
         log.info(
             "durable beat ready: store %s, lease %s, as %s",
@@ -99,13 +114,26 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             extra=log_extra(Action.BEAT_STARTED),
         )
 
+    def _warn_schedule_file(self) -> None:
+        """``-s FILE`` (``beat_schedule_filename``) is stock beat's shelve file: nothing of it is
+        used here, which is said once rather than ignored in silence (SPEC §14)."""
+        chosen = self._schedule_file
+        if chosen and str(chosen) != STOCK_SCHEDULE_FILE:
+            log.warning(
+                "-s/--schedule %s (beat_schedule_filename) is ignored: durable beat keeps its "
+                "schedules in durable_beat_url (%s); remove -s",
+                chosen,
+                redact_url(self.settings.url),
+                extra=log_extra(Action.BEAT_STARTED),
+            )
+
     def tick(self, *args: Any, **kwargs: Any) -> float:
         now = self.clock.monotonic()
         if now < self._wake_at:
             return self._wake_at - now
         self._in_round = True
         try:
-            delay = self._round()
+            delay = min(self._round(), self.max_interval)
         finally:
             self._in_round = False
         if self._stop_requested:

@@ -99,6 +99,25 @@ def _missing_metrics_client(port: int) -> ConfigError:
     )
 
 
+def _refuse_unwritable_store(settings: Settings) -> None:
+    """A SQLite store beat could not write is a setting to fix, not an outage to wait out."""
+    from celery_durable_beat.store.sql.engine import sqlite_write_problem
+
+    problem = sqlite_write_problem(settings.url)
+    if problem is not None:
+        raise ConfigError(
+            [
+                SettingProblem(
+                    "settings",
+                    "durable_beat_url",
+                    f"durable_beat_url: the SQLite store cannot be written: {problem}; set "
+                    "durable_beat_url to a writable file (sqlite:////var/lib/celery/beat.sqlite3) "
+                    "or a PostgreSQL URL",
+                )
+            ]
+        )
+
+
 def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
     """The rounds of a beat process: ``beat_schedule`` validated (unless config sync is off), the
     store, the election, the dispatcher publishing through ``app``, and the failures that mean
@@ -112,6 +131,7 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
     from celery_durable_beat.celery_config import definitions_from_app
 
     definitions = definitions_from_app(app, settings) if settings.sync_config else None
+    _refuse_unwritable_store(settings)
     store = make_store(settings)
     try:
         lease = make_lease(settings, store)

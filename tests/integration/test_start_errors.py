@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from celery_durable_beat.model import Action
-from tests.support.rig import ProcessRig, rig_factory
+from tests.support.rig import BEAT_ARGS, ProcessRig, rig_factory
 
 pytestmark = pytest.mark.integration
 
@@ -82,3 +82,46 @@ def test_an_outdated_schema_is_one_line_naming_migrate_and_a_clean_exit(
     for noise in ("beat raised exception", "Traceback"):
         assert noise not in out, beat.tail()
     assert [row["action"] for row in beat.actions()] == [Action.BEAT_REFUSED.value]
+
+
+@pytest.mark.parametrize(
+    "where",
+    ["/proc/durable-beat.sqlite3", "/no/such/folder/beat.sqlite3"],
+    ids=["unwritable", "missing"],
+)
+def test_a_sqlite_store_beat_cannot_write_is_refused_at_start(make_rig: Any, where: str) -> None:
+    """It used to start, log "keeps trying" every round and never fire (SPEC §14)."""
+    beat = make_rig(schedule=ENTRIES).beat(store_url=f"sqlite:///{where}")
+    assert beat.wait_exit(60) == EXIT_INVALID_CONFIG, beat.tail()
+    (said,) = [t for t in beat.output().splitlines() if "beat refuses to start" in t]
+    assert "setting durable_beat_url: the SQLite store cannot be written" in said
+    assert "Traceback" not in beat.output()
+
+
+def test_s_schedule_file_is_ignored_with_one_warning_naming_the_store(
+    make_rig: Any, tmp_path: Path
+) -> None:
+    """Every systemd unit in Celery's docs passes ``-s``; stock beat keeps its shelve there."""
+    rig = make_rig(schedule=ENTRIES)
+    shelf = tmp_path / "celerybeat-schedule-of-the-unit"
+    beat = rig.celery([*BEAT_ARGS, "-s", str(shelf)], "beat")
+    line = beat.wait_for("is ignored: durable beat keeps its schedules in durable_beat_url", 60)
+    assert f"-s/--schedule {shelf} (beat_schedule_filename)" in line
+    beat.wait_for("leadership gained", 60)
+    assert beat.output().count("is ignored: durable beat keeps") == 1
+    assert not shelf.exists() and not list(tmp_path.glob(f"{shelf.name}*"))
+
+
+def test_max_interval_below_the_poll_interval_is_in_force_and_in_the_banner(
+    make_rig: Any,
+) -> None:
+    """Stock beat's banner for the same flag is the reference: the same line. (Celery's
+    ``--max-interval`` takes whole seconds; ``beat_max_loop_interval`` any number.)"""
+    rig = make_rig(schedule=ENTRIES, poll=5)
+    ours = rig.celery([*BEAT_ARGS, "--max-interval", "2"], "beat")
+    stock = rig.celery(["beat", "-l", "info", "--pidfile=", "--max-interval", "2"], "stock")
+    line = "maxinterval -> 2.00 seconds (2s)"
+    ours.wait_for(line, 60)
+    stock.wait_for(line, 60)
+    default = rig.celery(BEAT_ARGS, "default")  # no flag: durable_beat_poll_interval
+    default.wait_for("maxinterval -> 5.00 seconds (5.0s)", 60)

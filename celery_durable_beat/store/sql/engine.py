@@ -14,6 +14,7 @@ clock every process sharing the file can see.
 
 from __future__ import annotations
 
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -139,6 +140,28 @@ def _pg_engine(url: URL) -> Engine:
     # pre_ping: after a database restart the pool would otherwise hand out dead connections.
     # hide_parameters: bound values (definitions, kwargs) never reach error text or logs.
     return create_engine(url, pool_pre_ping=True, hide_parameters=True, connect_args=connect_args)
+
+
+def sqlite_write_problem(url: str) -> str | None:
+    """Why the SQLite file of a store URL cannot be written, or None (PostgreSQL, memory, or a
+    file that can be). Beat checks it at start: in an unwritable working directory the default
+    ``sqlite:///celerybeat-durable.sqlite3`` made every round fail while beat kept running."""
+    parsed = normalize_url(url)
+    if parsed.get_backend_name() != "sqlite" or _is_memory(parsed) or parsed.database is None:
+        return None
+    path = Path(parsed.database.removeprefix("file:")).expanduser().absolute()
+    folder = path.parent
+    if not folder.is_dir():
+        return f"its folder {folder} does not exist"
+    try:  # tried, not asked (``os.access`` says yes to root where the file system says no)
+        if path.exists():
+            path.open("r+b").close()
+        else:
+            tempfile.TemporaryFile(dir=folder).close()
+    except OSError as exc:
+        where = f"the file {path}" if path.exists() else f"its folder {folder}"
+        return f"{where} is not writable ({exc.strerror or type(exc).__name__})"
+    return None
 
 
 def _is_memory(url: URL) -> bool:
