@@ -1,6 +1,7 @@
 """``broker_kill_loss.py --redeliver S``: the same kills, the ticks beat-recorded, redelivery on.
 
-The messages are ticks of one schedule (``kloss``, task ``kloss.record``): each published with
+The messages are ticks of one schedule (named as the run's queue, ``kloss-<hex>``, so no claim a
+previous run left in Redis refuses them; task ``kloss.record``): each published with
 its tick id and ``periodic_*`` headers, and recorded ``enqueued`` in a store of its own (a fresh
 PostgreSQL database) as a round records it, watched from ``S`` seconds later. The workers run
 ``install(app)`` (claims in Redis, run states in the store). The driver runs the leader's
@@ -22,7 +23,6 @@ from celery_durable_beat.model import Definition, Outcome, Source, Trigger
 from celery_durable_beat.schedules.spec import IntervalSpec
 from celery_durable_beat.store.base import AuditEvent
 
-SCHEDULE = "kloss"
 BASE_MS = 1_800_000_000_000
 EPOCH = 1
 
@@ -43,11 +43,15 @@ class Redelivering:
         from celery_durable_beat.store.sql import SqlStore
 
         self.app, self.task = app, TASK_NAME
+        # The run's own schedule (its queue's name), so its task ids are its own: the claims a
+        # previous run left in the broker's Redis (kept ``durable_beat_dedup_ttl``) would refuse
+        # the same ids as duplicates.
+        self.schedule = queue
         self.after_ms = round(after_s * 1000)
         self.store = SqlStore(store_url)
         self.store.ensure_schema()
         self.store.register_epoch(EPOCH)
-        definition = Definition(name=SCHEDULE, task=TASK_NAME, spec=IntervalSpec(1000))
+        definition = _definition(self.schedule, TASK_NAME)
         self.store.upsert(definition, Source.API, None, self.store.now_ms())
         self.version = 1
         settings = Settings.from_conf(app.conf)
@@ -68,19 +72,20 @@ class Redelivering:
     def publish(self, first: int, count: int) -> list[str]:
         """Publish ticks ``first``..``first+count-1``, then record them ``enqueued``."""
         ticks = [BASE_MS + i * 1000 for i in range(first, first + count)]
-        ids = [tick_task_id(SCHEDULE, t) for t in ticks]
+        ids = [tick_task_id(self.schedule, t) for t in ticks]
         from celery_durable_beat.message import build_message
 
         with self.app.producer_or_acquire() as producer:
             for tick, task_id in zip(ticks, ids, strict=True):
-                message = build_message(SCHEDULE, _definition(self.task), tick, task_id)
+                definition = _definition(self.schedule, self.task)
+                message = build_message(self.schedule, definition, tick, task_id)
                 self.app.send_task(
                     self.task, task_id=task_id, headers=tick_headers(message), producer=producer
                 )
         recheck = self.store.now_ms() + self.after_ms
         events = [
             AuditEvent(
-                SCHEDULE, t, i, Trigger.AUTO, Outcome.ENQUEUED, version=1, recheck_ms=recheck
+                self.schedule, t, i, Trigger.AUTO, Outcome.ENQUEUED, version=1, recheck_ms=recheck
             )
             for t, i in zip(ticks, ids, strict=True)
         ]
@@ -106,8 +111,8 @@ class Redelivering:
         self.store.close()
 
 
-def _definition(task: str) -> Definition:
-    return Definition(name=SCHEDULE, task=task, spec=IntervalSpec(1000))
+def _definition(schedule: str, task: str) -> Definition:
+    return Definition(name=schedule, task=task, spec=IntervalSpec(1000))
 
 
 def configure(env: dict[str, str], store_url: str, claims_url: str) -> None:
