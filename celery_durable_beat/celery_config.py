@@ -19,7 +19,7 @@ from celery.schedules import crontab, schedule, solar
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem, SettingProblem
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Definition
-from celery_durable_beat.schedules.spec import CronFields, DayRule
+from celery_durable_beat.schedules.spec import CronFields, CronSpec, DayRule
 from celery_durable_beat.schedules.validate import (
     RELATIVE_REFUSED,
     EntryDefaults,
@@ -40,8 +40,46 @@ BACKEND_CLEANUP = "celery.backend_cleanup"
 
 
 def app_defaults(app: Any, settings: Settings) -> EntryDefaults:
-    """The zone (``app.conf.timezone``, else UTC) and missed policy entries default to."""
-    return EntryDefaults(tz=str(app.conf.timezone or "UTC"), missed=settings.default_missed)
+    """The zone and missed policy entries default to: ``app.conf.timezone``; without one, the
+    host's local zone when ``enable_utc`` is off (as stock beat reads crontabs then), else UTC."""
+    return EntryDefaults(tz=app_zone(app), missed=settings.default_missed)
+
+
+def app_zone(app: Any) -> str:
+    """The app's zone, as stock beat reads crontabs in it (SPEC §14)."""
+    if app.conf.get("timezone"):
+        return str(app.conf.get("timezone"))
+    if app.conf.get("enable_utc") is False:
+        return host_zone()
+    return "UTC"
+
+
+def host_zone() -> str:
+    """The host's IANA zone (``TZ``, else ``/etc/localtime``), through tzlocal, Celery's own
+    dependency for the same question."""
+    import tzlocal
+
+    return str(tzlocal.get_localzone_name() or "UTC")
+
+
+def cron_deadline(app: Any) -> float | None:
+    """``beat_cron_starting_deadline`` (seconds): stock beat skips a crontab occurrence later
+    than that; here it is the ``max_lateness`` of every cron entry that sets none (SPEC §14)."""
+    value = app.conf.get("beat_cron_starting_deadline")
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if value > 0 else None
+
+
+def _with_cron_deadline(definitions: list[Definition], deadline: float | None) -> list[Definition]:
+    if deadline is None:
+        return definitions
+    return [
+        replace(d, max_lateness=deadline)
+        if isinstance(d.spec, CronSpec) and d.max_lateness is None
+        else d
+        for d in definitions
+    ]
 
 
 def definitions_from_app(app: Any, settings: Settings) -> list[Definition]:
@@ -68,7 +106,7 @@ def definitions_from_app(app: Any, settings: Settings) -> list[Definition]:
         problems.extend(exc.problems)
     if problems:
         raise ConfigError(problems)
-    return definitions
+    return _with_cron_deadline(definitions, cron_deadline(app))
 
 
 def default_entries(app: Any, beat_schedule: Mapping[Any, Any]) -> dict[str, Any]:

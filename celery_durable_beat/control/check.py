@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from celery_durable_beat.celery_config import definitions_from_app
+from celery_durable_beat.celery_config import cron_deadline, definitions_from_app, host_zone
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem
 from celery_durable_beat.redis_client import is_redis_url
 from celery_durable_beat.settings import PREFIX, Settings
@@ -76,10 +76,26 @@ REDELIVERY_ADVICE = (
 
 
 def recommend(app: Any, settings: Settings) -> tuple[str, ...]:
-    """What ``check`` advises for this app (no I/O: the broker is judged by its URL)."""
+    """What ``check`` advises for this app (no I/O: the broker is judged by its URL), the stock
+    beat settings read differently here included (SPEC §14)."""
+    advice: list[str] = []
     if settings.redeliver_after is None and _redis_broker(app):
-        return (REDELIVERY_ADVICE,)
-    return ()
+        advice.append(REDELIVERY_ADVICE)
+    if not app.conf.get("timezone") and app.conf.get("enable_utc") is False:
+        zone = host_zone()
+        advice.append(
+            f"enable_utc = False without timezone: crontabs are read in this host's zone, "
+            f"{zone}, as stock beat reads them; set timezone = {zone!r} so every host reads "
+            "them alike"
+        )
+    deadline = cron_deadline(app)
+    if deadline is not None:
+        advice.append(
+            f"beat_cron_starting_deadline = {deadline:g} is read as max_lateness = {deadline:g} "
+            "for every cron entry that sets none: an occurrence dispatched later is skipped "
+            "(reason too_late), as stock beat skips it"
+        )
+    return tuple(advice)
 
 
 def _redis_broker(app: Any) -> bool:

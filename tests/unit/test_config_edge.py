@@ -10,8 +10,10 @@ from celery.beat import BeatLazyFunc
 from celery.schedules import crontab, schedule, solar
 
 from celery_durable_beat.celery_config import definitions_from_app
+from celery_durable_beat.control.check import check_config
 from celery_durable_beat.exceptions import ConfigError
-from celery_durable_beat.model import MissedPolicy
+from celery_durable_beat.model import MissedPolicy, Reason
+from celery_durable_beat.policy import plan_schedule
 from celery_durable_beat.schedules.occurrences import next_tick
 from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec
 from celery_durable_beat.settings import Settings
@@ -176,3 +178,68 @@ def test_a_bad_app_timezone_is_one_problem_not_one_per_entry() -> None:
 def test_args_none_means_no_arguments_like_stock_celery() -> None:
     (d,) = _definitions({"n": {"task": "t", "schedule": "@every 1s", "args": None}})
     assert d.args == ()
+
+
+def _stock_is_due(app: Celery, now: datetime, last_run_at: datetime) -> bool:
+    """Stock beat's decision for ``crontab(minute=0, hour=3)`` at ``now`` (Celery's reference)."""
+    stock = crontab(minute=0, hour=3, app=app, nowfun=lambda: now)
+    return bool(stock.is_due(last_run_at)[0])
+
+
+def test_beat_cron_starting_deadline_skips_what_stock_beat_skips() -> None:
+    """SPEC §14: ``beat_cron_starting_deadline`` is the ``max_lateness`` of cron entries that
+    set none; an occurrence 75 s late with a 60 s deadline is skipped by both, one 45 s late
+    fired by both."""
+    app = Celery("deadline", set_as_current=False)
+    app.conf.update(timezone="UTC", beat_cron_starting_deadline=60)
+    app.conf.beat_schedule = {
+        "cron": {"task": "t", "schedule": crontab(minute=0, hour=3)},
+        "own": {"task": "t", "schedule": "0 3 * * *", "max_lateness": 600},
+        "interval": {"task": "t", "schedule": 60},
+    }
+    by_name = {d.name: d for d in definitions_from_app(app, Settings.from_conf(app.conf, {}))}
+    assert by_name["cron"].max_lateness == 60
+    assert by_name["own"].max_lateness == 600  # an entry's own setting wins
+    assert by_name["interval"].max_lateness is None  # stock applies it to crontabs only
+    (advice,) = [a for a in check_config(app).recommendations if "cron_starting" in a]
+    assert advice.startswith("beat_cron_starting_deadline = 60 is read as max_lateness = 60")
+    due = datetime(2026, 12, 1, 3, 0, tzinfo=timezone.utc)
+    last = due - timedelta(days=1)
+    for late_s, fires in ((45, True), (75, False)):
+        now = due + timedelta(seconds=late_s)
+        assert _stock_is_due(app, now, last) is fires
+        planned = plan_schedule(
+            "cron", by_name["cron"], int(due.timestamp() * 1000), int(now.timestamp() * 1000)
+        )
+        assert bool(planned.fire) is fires
+        assert [d.reason for d in planned.dropped] == ([] if fires else [Reason.TOO_LATE])
+
+
+def test_enable_utc_off_without_a_timezone_reads_crontabs_in_the_hosts_zone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stock beat then reads a crontab in the host's local time (SPEC §14): 03:00 on an IST host
+    is 21:30 UTC, and ``check`` names the zone."""
+    import time
+
+    import tzlocal
+
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
+    time.tzset()
+    tzlocal.reload_localzone()
+    try:
+        app = Celery("local", set_as_current=False)
+        app.conf.update(enable_utc=False, timezone=None)
+        app.conf.beat_schedule = {"n": {"task": "t", "schedule": crontab(minute=0, hour=3)}}
+        (d,) = definitions_from_app(app, Settings.from_conf(app.conf, environ={}))
+        assert d.spec == CronSpec(("0", "3", "*", "*", "*"), "Asia/Kolkata")
+        stock_offset = datetime(2026, 12, 1, tzinfo=app.timezone).utcoffset()
+        assert stock_offset == timedelta(hours=5, minutes=30)  # stock's zone: the host's
+        first = next_tick(d.spec, 1_796_083_200_000)  # 2026-12-01T00:00:00Z
+        assert datetime.fromtimestamp(first / 1000, timezone.utc).strftime("%H:%M") == "21:30"
+        (advice,) = [a for a in check_config(app).recommendations if "enable_utc" in a]
+        assert "Asia/Kolkata" in advice and "set timezone = 'Asia/Kolkata'" in advice
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+        tzlocal.reload_localzone()
