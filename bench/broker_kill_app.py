@@ -12,6 +12,11 @@ same environment, so they agree on the broker, queue, output file and visibility
 ``KLOSS_VT``      Redis ``visibility_timeout`` in seconds
 ``KLOSS_STORE``   set (``--redeliver``): the durable beat store the ticks are recorded in; the
                   workers then run ``install(app)`` (claims in ``KLOSS_CLAIMS``, a Redis URL)
+``KLOSS_RUN_TTL`` with ``KLOSS_STORE``: ``durable_beat_run_ttl`` in seconds (10 by default
+                  here). A message whose run a kill cut is given back by Redis after the
+                  visibility timeout and waits out that run's claim (guarantee 3 of
+                  docs/worker.md) in a pool process; with the default 60 s, two of them stall a
+                  ``-c 2`` worker for a minute, which the driver takes for an idle start.
 
 On Redis the transport keeps its unacked hash, index and restore mutex under keys derived
 from the queue name, so a run sees only its own messages. The restore sweep runs every 2 s
@@ -64,6 +69,7 @@ if os.environ.get("KLOSS_STORE"):  # --redeliver: beat-recorded ticks, guarded w
 
     app.conf.durable_beat_url = os.environ["KLOSS_STORE"]
     app.conf.durable_beat_lease_url = os.environ["KLOSS_CLAIMS"]
+    app.conf.durable_beat_run_ttl = float(os.environ.get("KLOSS_RUN_TTL", "10"))
     install(app)
 
 
