@@ -9,10 +9,12 @@ restricted, so it travels as :class:`~celery_durable_beat.schedules.spec.CronFie
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from celery import Signature
 from celery.backends.base import DisabledBackend
 from celery.schedules import crontab, schedule, solar
 
@@ -21,6 +23,7 @@ from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Definition
 from celery_durable_beat.schedules.spec import CronFields, CronSpec, DayRule
 from celery_durable_beat.schedules.validate import (
+    NAME_MAX,
     RELATIVE_REFUSED,
     EntryDefaults,
     validate_entries,
@@ -97,7 +100,7 @@ def definitions_from_app(app: Any, settings: Settings) -> list[Definition]:
         defaults = replace(defaults, tz="UTC")
     for name, entry in {**raw, **default_entries(app, raw)}.items():
         try:
-            translated[name] = translate_entry(name, entry)
+            translated[stable_name(name, entry)] = translate_entry(name, entry)
         except ConfigError as exc:
             problems.extend(exc.problems)
     try:
@@ -140,6 +143,20 @@ def timezone_problem(zone: str) -> SettingProblem | None:
     if problem is None:
         return None
     return SettingProblem("settings", "timezone", f"timezone {problem.removeprefix('tz ')}")
+
+
+def stable_name(name: Any, entry: Any) -> Any:
+    """The name of an entry ``add_periodic_task`` made without ``name=``: Celery names it
+    ``repr(signature)``, which can pass ``NAME_MAX``; such a name is cut and ends in ``-`` and
+    the first 8 hex digits of its SHA-1, stable while the signature is (SPEC §14). A name the
+    user wrote is left as it is (and refused if too long)."""
+    if not isinstance(name, str) or len(name) <= NAME_MAX or not isinstance(entry, Mapping):
+        return name
+    task, args, kwargs = entry.get("task"), entry.get("args") or (), entry.get("kwargs") or {}
+    if not isinstance(task, str) or name != repr(Signature(task, tuple(args), dict(kwargs))):
+        return name
+    digest = hashlib.sha1(name.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
+    return f"{name[: NAME_MAX - 9]}-{digest}"
 
 
 def translate_entry(name: str, entry: Any) -> Any:

@@ -30,6 +30,8 @@ from celery_durable_beat.schedules.spec import (
     parse_schedule,
 )
 
+NAME_MAX = 200
+"""The longest schedule name (the store's ``name`` column)."""
 RELATIVE_REFUSED = (
     "relative=True is not supported: intervals are aligned to the Unix epoch so tick ids "
     "survive restarts; remove relative"
@@ -110,8 +112,8 @@ def validate_entry(
     """Validate one entry; raise ConfigError with all of its problems."""
     label = name if isinstance(name, str) else repr(name)
     found = _Collector(label)
-    if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        found.add("name", "the name must be a non-empty string of at most 200 characters")
+    if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX:
+        found.add("name", f"the name must be a non-empty string of at most {NAME_MAX} characters")
     if not isinstance(entry, Mapping):
         found.add("entry", f"the entry is a {type(entry).__name__}; give a dict")
         raise ConfigError(found.problems)

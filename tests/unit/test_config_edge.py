@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -12,6 +13,7 @@ from celery.schedules import crontab, schedule, solar
 from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.control.check import check_config
 from celery_durable_beat.exceptions import ConfigError
+from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import MissedPolicy, Reason
 from celery_durable_beat.policy import plan_schedule
 from celery_durable_beat.schedules.occurrences import next_tick
@@ -243,3 +245,38 @@ def test_enable_utc_off_without_a_timezone_reads_crontabs_in_the_hosts_zone(
         monkeypatch.delenv("TZ")
         time.tzset()
         tzlocal.reload_localzone()
+
+
+def test_add_periodic_task_entries_are_schedules_named_or_not() -> None:
+    """The pattern Celery's docs teach (SPEC §14): ``add_periodic_task`` in
+    ``on_after_configure`` or ``on_after_finalize``; an unnamed entry is named
+    ``repr(signature)`` by Celery, a stable name whose ids respect the 155-character bound."""
+    app = Celery("periodic", set_as_current=False)
+
+    @app.task(name="proj.report")
+    def report(region: str, detail: str = "") -> None: ...
+
+    def configured(sender: Celery, **_: object) -> None:
+        sender.add_periodic_task(10.0, report.s("emea"))
+        sender.add_periodic_task(crontab(minute=0, hour=3), report.s("apac"), name="nightly apac")
+
+    def finalized(sender: Celery, **_: object) -> None:
+        sender.add_periodic_task(60.0, report.s("amer", detail="x" * 300))
+
+    app.on_after_configure.connect(configured, weak=False)
+    app.on_after_finalize.connect(finalized, weak=False)
+    app.finalize()
+    by_name = {d.name: d for d in definitions_from_app(app, Settings.from_conf(app.conf, {}))}
+    assert by_name["proj.report('emea')"].spec == IntervalSpec(10_000)
+    assert by_name["nightly apac"].spec == CronSpec(("0", "3", "*", "*", "*"), "UTC")
+    (long_name,) = [n for n in by_name if n.startswith("proj.report('amer'")]
+    celerys = repr(report.s("amer", detail="x" * 300))  # 300+ characters: over the 200 a name has
+    digest = hashlib.sha1(celerys.encode()).hexdigest()[:8]
+    assert long_name == f"{celerys[:191]}-{digest}" and len(long_name) == 200
+    assert by_name[long_name].kwargs == {"detail": "x" * 300}
+    assert len(tick_task_id(long_name, 1_796_083_200_000)) <= 155
+
+
+def test_a_name_the_user_wrote_too_long_is_still_refused() -> None:
+    with pytest.raises(ConfigError, match="at most 200 characters"):
+        _definitions({"n" * 201: {"task": "t", "schedule": 60}})

@@ -148,8 +148,9 @@ def test_a_store_outage_keeps_the_states_until_the_heartbeat_writes_them(
     tracker = tracker_on(runs, clock)
     runs.down = True
     tracker.write(write(0, RunState.SUCCEEDED))
-    eventually(lambda: tracker.circuit.down, "the circuit opened")
-    assert tracker.pending() == 1 and tracker.counters["tracking_errors"] == 1
+    # The flusher opens the circuit, then puts the failed batch back: wait for both.
+    eventually(lambda: tracker.circuit.down and tracker.pending() == 1, "the state kept aside")
+    assert tracker.counters["tracking_errors"] == 1
     runs.down = False
     clock.sleep(CIRCUIT_S)
     tracker.write()  # the heartbeat
