@@ -28,6 +28,9 @@ from celery_durable_beat.schedules.render import render
 HEADER_SCHEDULE = "periodic_schedule"
 HEADER_TICK_MS = "periodic_tick_ms"
 HEADER_TRIGGER = "periodic_trigger"
+HEADER_STOCK_BEAT = "celery_beat_task"
+"""The header stock beat (Celery 5.5+) puts on every message it sends, ``True``: carried too, so
+what tells a beat-sent task from others downstream keeps working (SPEC §4, message parity)."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,10 @@ class TickMessage:
 
 
 def tick_headers(message: TickMessage) -> dict[str, Any]:
-    """The ``periodic_*`` headers of ``message`` (``worker.periodic_origin`` reads them back)."""
+    """The ``periodic_*`` headers of ``message`` (``worker.periodic_origin`` reads them back),
+    and stock beat's own ``celery_beat_task``."""
     return {
+        HEADER_STOCK_BEAT: True,
         HEADER_SCHEDULE: message.schedule,
         HEADER_TICK_MS: message.tick_ms,
         HEADER_TRIGGER: message.trigger.value,

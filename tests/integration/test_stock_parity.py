@@ -1,0 +1,124 @@
+"""A tick message beside stock beat's for the same entry (SPEC §4, message parity): every header
+and property stock beat's message carries is on ours too, with the same value where it does not
+name this tick (ids, correlation, delivery tag), plus the ``periodic_*`` headers. Stock beat is
+the reference: ``celery.beat.Scheduler.apply_entry`` of Celery itself, on the same app and
+broker, read back raw off the broker. Both of beat's publish paths: Redis (templated publishing)
+and RabbitMQ (``send_task``, publisher confirms)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from celery.beat import ScheduleEntry, Scheduler
+from kombu import Connection
+
+from celery_durable_beat.backends import make_publisher
+from celery_durable_beat.dispatch import Dispatcher
+from celery_durable_beat.schedules.validate import validate_entries
+from celery_durable_beat.settings import Settings
+from celery_durable_beat.store.memory import MemoryStore
+from celery_durable_beat.sync import sync_definitions
+
+pytestmark = pytest.mark.integration
+
+T0 = 1_780_000_000_000
+PER_TICK = {"id", "root_id", "correlation_id", "delivery_tag", "reply_to"}
+"""Values that name one message (or this process), not the entry: compared by presence only."""
+
+
+def _app(broker: str, queue: str) -> Celery:
+    """An app whose task ``<queue>.report`` is registered (stock beat then calls its
+    ``apply_async``); one name per test, as Celery refuses a name taken by another callable."""
+    app = Celery("parity", broker=broker, set_as_current=False)
+    app.conf.task_default_queue = queue
+
+    @app.task(name=f"{queue}.report")
+    def report(region: str, *, detail: int = 0) -> None: ...
+
+    return app
+
+
+def _ours(app: Celery, task: str) -> None:
+    store = MemoryStore(lambda: T0 + 60_000)
+    store.register_epoch(1)
+    entry = {"task": task, "schedule": 60, "args": ["emea"], "kwargs": {"detail": 2}}
+    sync_definitions(store, validate_entries({"Report": entry}), T0)
+    publisher = make_publisher(app, Settings.from_conf(app.conf, environ={}))
+    stats = Dispatcher(store, publisher).run_round(T0 + 60_000, 1)
+    assert [e.outcome.value for e in stats.events] == ["enqueued"]
+
+
+def _stock(app: Celery, task: str) -> None:
+    entry = ScheduleEntry(
+        name="Report",
+        task=task,
+        schedule=60.0,
+        args=("emea",),
+        kwargs={"detail": 2},
+        app=app,
+    )
+    Scheduler(app, lazy=True).apply_entry(entry)
+
+
+def _compare(stock: dict[str, Any], ours: dict[str, Any]) -> None:
+    for part in ("headers", "properties"):
+        missing = set(stock[part]) - set(ours[part])
+        assert not missing, f"{part} stock beat carries and the tick lacks: {sorted(missing)}"
+        for key in set(stock[part]) - PER_TICK:
+            if key in ("argsrepr", "kwargsrepr", "ignore_result", "application_headers"):
+                continue  # below: redacted reprs; None vs the task's own False; the headers
+            assert ours[part][key] == stock[part][key], f"{part}[{key!r}] differs"
+    assert ours["headers"]["celery_beat_task"] is True
+    assert ours["headers"]["periodic_schedule"] == "Report"
+    assert "emea" in ours["headers"]["argsrepr"] and "emea" in stock["headers"]["argsrepr"]
+    assert bool(ours["headers"]["ignore_result"]) is bool(stock["headers"]["ignore_result"])
+    assert ours["body"] and ours["content-type"] == stock["content-type"]
+
+
+def test_a_tick_on_redis_carries_what_stock_beats_message_carries(redis_url: str) -> None:
+    app = _app(redis_url, "parity-redis")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        _stock(app, "parity-redis.report")
+        stock = json.loads(client.lpop("parity-redis"))
+        _ours(app, "parity-redis.report")
+        ours = json.loads(client.lpop("parity-redis"))
+    finally:
+        client.close()
+        app.close()
+    _compare(stock, ours)
+
+
+def test_a_tick_on_rabbitmq_carries_what_stock_beats_message_carries(amqp_url: str) -> None:
+    name = f"parity-amqp-{uuid.uuid4().hex[:8]}"  # a queue of this run's own
+    app = _app(amqp_url, name)
+    try:
+        _stock(app, f"{name}.report")
+        _ours(app, f"{name}.report")
+        with Connection(amqp_url) as conn:
+            queue = conn.SimpleQueue(name)
+            stock_msg, ours_msg = queue.get(timeout=10), queue.get(timeout=10)
+            raw = [
+                {
+                    "headers": dict(m.headers),
+                    "properties": dict(m.properties),
+                    "body": m.body,
+                    "content-type": m.content_type,
+                }
+                for m in (stock_msg, ours_msg)
+            ]
+            for m in (stock_msg, ours_msg):
+                m.ack()
+            queue.close()
+            conn.default_channel.queue_delete(name)
+    finally:
+        app.close()
+    # Two channels (ours confirms on its own): the order on the queue is not the publish order.
+    (stock,) = [m for m in raw if "periodic_schedule" not in m["headers"]]
+    (ours,) = [m for m in raw if "periodic_schedule" in m["headers"]]
+    _compare(stock, ours)
