@@ -59,7 +59,7 @@ from celery_durable_beat.celery_message import shown_reprs
 from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.message import TickMessage, tick_headers
 from celery_durable_beat.model import Action, Reason
-from celery_durable_beat.publish.send_task import CelerySession
+from celery_durable_beat.publish.send_task import CelerySession, own_apply_async
 
 log = logging.getLogger("celery_durable_beat.publish")
 
@@ -183,8 +183,8 @@ class TemplatedRedisSession(CelerySession):
 
     def publish(self, message: TickMessage) -> Reason | None:
         key = template_key(message)
-        if key is None:
-            return self._send_task(message)
+        if key is None or own_apply_async(self.app, message.task) is not None:
+            return self._send_task(message)  # (an overridden ``apply_async`` must run)
         if key not in self.templates:
             return self._capture(message, key)
         template = self.templates[key]

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from celery.app.task import Task as CeleryTask
 from celery.exceptions import QueueNotFound
 from kombu.exceptions import BatchPublishError, ContentDisallowed, EncodeError, OperationalError
 
@@ -105,13 +106,17 @@ class CelerySession:
         return _failed(message, self.reason_of(exc), exc)
 
     def _send(self, message: TickMessage) -> None:
-        """``app.send_task`` with the tick's options, through this round's producer."""
+        """``app.send_task`` with the tick's options, through this round's producer; or the
+        task's own ``apply_async`` when its class overrides it (``own_apply_async``)."""
         options = send_kwargs(message, self.redact_keys, self.limits)
-        if self.confirms is None:
-            self.app.send_task(message.task, producer=self.producer, **options)
+        producer = self.producer if self.confirms is None else self.confirms.producer_for_publish()
+        task = own_apply_async(self.app, message.task)
+        if task is not None:
+            args, kwargs = options.pop("args"), options.pop("kwargs")
+            task.apply_async(args, kwargs, producer=producer, **options)
         else:
-            producer = self.confirms.producer_for_publish()
             self.app.send_task(message.task, producer=producer, **options)
+        if self.confirms is not None:
             self.confirms.published()
         if self.batch is not None or self.confirms is not None:
             self._buffered += 1
@@ -125,6 +130,17 @@ class CelerySession:
         if isinstance(exc, self._connection_errors):
             return Reason.BROKER_UNAVAILABLE
         return Reason.PUBLISH_ERROR
+
+
+def own_apply_async(app: Any, task_name: str) -> Any:
+    """The task registered as ``task_name`` in beat's app if its class overrides Celery's
+    ``Task.apply_async`` (celery-once's ``QueueOnce``, singleton and tenant-header bases): stock
+    beat calls ``task.apply_async``, so such a tick goes through it too, with the tick's id and
+    options, and the override runs (SPEC §4). None for every other task: the fast paths."""
+    task = app.tasks.get(task_name)
+    if task is None or getattr(type(task), "apply_async", None) is CeleryTask.apply_async:
+        return None
+    return task
 
 
 def _failed(message: TickMessage, reason: Reason, exc: BaseException) -> Reason:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import redis
-from celery import Celery
+from celery import Celery, Task
 from celery.beat import ScheduleEntry, Scheduler
 from kombu import Connection
 
@@ -122,3 +122,63 @@ def test_a_tick_on_rabbitmq_carries_what_stock_beats_message_carries(amqp_url: s
     (stock,) = [m for m in raw if "periodic_schedule" not in m["headers"]]
     (ours,) = [m for m in raw if "periodic_schedule" in m["headers"]]
     _compare(stock, ours)
+
+
+class TenantTask(Task):  # type: ignore[misc]
+    """A base class of the kind SPEC §4 names (tenant headers; celery-once and singletons lock
+    here the same way): its ``apply_async`` adds a header and counts the calls."""
+
+    calls: ClassVar[list[str]] = []
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        headers = dict(options.pop("headers", None) or {})
+        headers["tenant"] = "acme"
+        TenantTask.calls.append(str(options.get("task_id")))
+        return super().apply_async(args, kwargs, headers=headers, **options)
+
+
+@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
+def test_a_task_class_overriding_apply_async_is_called_as_stock_beat_calls_it(
+    broker: str, redis_url: str, amqp_url: str
+) -> None:
+    name = f"tenant-{broker}-{uuid.uuid4().hex[:8]}"
+    app = Celery("tenant", broker=redis_url if broker == "redis" else amqp_url)
+    app.conf.task_default_queue = name
+
+    @app.task(name=f"{name}.report", base=TenantTask)
+    def report(region: str, *, detail: int = 0) -> None: ...
+
+    TenantTask.calls = []
+    try:
+        _stock(app, f"{name}.report")
+        _ours(app, f"{name}.report")
+        messages = _drain(app, name, broker, redis_url)
+    finally:
+        app.close()
+    assert len(TenantTask.calls) == 2  # stock beat's call, then the tick's
+    assert TenantTask.calls[1] == messages["ours"]["headers"]["id"]  # with the tick's own id
+    assert messages["stock"]["headers"]["tenant"] == messages["ours"]["headers"]["tenant"] == "acme"
+    assert messages["ours"]["headers"]["periodic_schedule"] == "Report"
+
+
+def _drain(app: Celery, queue: str, broker: str, redis_url: str) -> dict[str, dict[str, Any]]:
+    """The two messages of ``queue``, raw, as ``stock`` and ``ours``."""
+    found: list[dict[str, Any]] = []
+    if broker == "redis":
+        client = redis.Redis.from_url(redis_url)
+        try:
+            found = [json.loads(raw) for raw in client.lpop(queue, 2) or []]
+        finally:
+            client.close()
+    else:
+        with app.connection_for_read() as conn:
+            simple = conn.SimpleQueue(queue)
+            for _ in range(2):
+                m = simple.get(timeout=10)
+                found.append({"headers": dict(m.headers)})
+                m.ack()
+            simple.close()
+            conn.default_channel.queue_delete(queue)
+    (stock,) = [m for m in found if "periodic_schedule" not in m["headers"]]
+    (ours,) = [m for m in found if "periodic_schedule" in m["headers"]]
+    return {"stock": stock, "ours": ours}
