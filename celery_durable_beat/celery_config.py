@@ -42,6 +42,10 @@ BACKEND_CLEANUP = "celery.backend_cleanup"
 """The name (and task) of Celery's own result-cleanup entry."""
 
 
+STOCK_SCHEDULE_FILE = "celerybeat-schedule"
+"""Celery's default ``beat_schedule_filename``: what ``celery beat`` passes when no ``-s``."""
+
+
 def app_defaults(app: Any, settings: Settings) -> EntryDefaults:
     """The zone and missed policy entries default to: ``app.conf.timezone``; without one, the
     host's local zone when ``enable_utc`` is off (as stock beat reads crontabs then), else UTC."""

@@ -24,6 +24,7 @@ from typing import Any, NoReturn
 from celery import beat
 
 from celery_durable_beat.beat_loop import BeatLoop
+from celery_durable_beat.celery_config import STOCK_SCHEDULE_FILE
 from celery_durable_beat.clock import Clock, SystemClock
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import ConfigError, SchemaOutdated
@@ -41,10 +42,6 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 lease still held, so the next beat would wait out its TTL (a terminal closed, a unit reloaded)."""
 EXIT_INVALID_CONFIG = 2
 """Beat's exit status on an invalid config: the status ``durable-beat check`` gives it too."""
-
-
-STOCK_SCHEDULE_FILE = "celerybeat-schedule"
-"""Celery's default ``beat_schedule_filename``: what ``celery beat`` passes when no ``-s``."""
 
 
 def longest_sleep(requested: float | None, poll_interval: float) -> float:

@@ -14,7 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from celery_durable_beat.celery_config import cron_deadline, definitions_from_app, host_zone
+from celery_durable_beat.celery_config import (
+    STOCK_SCHEDULE_FILE,
+    cron_deadline,
+    definitions_from_app,
+    host_zone,
+)
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem
 from celery_durable_beat.redis_client import is_redis_url
 from celery_durable_beat.settings import PREFIX, Settings
@@ -87,6 +92,19 @@ def recommend(app: Any, settings: Settings) -> tuple[str, ...]:
             f"enable_utc = False without timezone: crontabs are read in this host's zone, "
             f"{zone}, as stock beat reads them; set timezone = {zone!r} so every host reads "
             "them alike"
+        )
+    shelf = app.conf.get("beat_schedule_filename")
+    if shelf and str(shelf) != STOCK_SCHEDULE_FILE:
+        advice.append(
+            f"beat_schedule_filename = {shelf!r} is ignored: durable beat keeps its schedules in "
+            "durable_beat_url; remove it (and -s from beat's command line)"
+        )
+    loop = app.conf.get("beat_max_loop_interval")
+    if loop and not 0 < loop < settings.poll_interval:
+        advice.append(
+            f"beat_max_loop_interval = {loop:g} has no effect: beat sleeps at most "
+            f"durable_beat_poll_interval ({settings.poll_interval:g} s) between rounds; a value "
+            "below it shortens the sleep"
         )
     deadline = cron_deadline(app)
     if deadline is not None:

@@ -280,3 +280,18 @@ def test_add_periodic_task_entries_are_schedules_named_or_not() -> None:
 def test_a_name_the_user_wrote_too_long_is_still_refused() -> None:
     with pytest.raises(ConfigError, match="at most 200 characters"):
         _definitions({"n" * 201: {"task": "t", "schedule": 60}})
+
+
+def test_check_says_what_it_ignores_of_stock_beats_timing_settings() -> None:
+    app = Celery("stock-settings", set_as_current=False)
+    app.conf.update(
+        beat_schedule_filename="/var/run/celery/celerybeat-schedule",
+        beat_max_loop_interval=300,
+        durable_beat_poll_interval=1.0,
+    )
+    advice = check_config(app).recommendations
+    (shelf,) = [a for a in advice if a.startswith("beat_schedule_filename")]
+    assert "is ignored" in shelf and "durable_beat_url" in shelf
+    (loop,) = [a for a in advice if a.startswith("beat_max_loop_interval = 300 has no effect")]
+    app.conf.update(beat_schedule_filename="celerybeat-schedule", beat_max_loop_interval=0.5)
+    assert not [a for a in check_config(app).recommendations if a.startswith("beat_")]
