@@ -13,12 +13,13 @@ from typing import Any, ClassVar
 
 import pytest
 import redis
-from celery import Celery, Task
+from celery import Celery, Task, signals
 from celery.beat import ScheduleEntry, Scheduler
 from kombu import Connection
 
 from celery_durable_beat.backends import make_publisher
 from celery_durable_beat.dispatch import Dispatcher
+from celery_durable_beat.ids import is_tick_id
 from celery_durable_beat.schedules.validate import validate_entries
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.memory import MemoryStore
@@ -182,3 +183,42 @@ def _drain(app: Celery, queue: str, broker: str, redis_url: str) -> dict[str, di
     (stock,) = [m for m in found if "periodic_schedule" not in m["headers"]]
     (ours,) = [m for m in found if "periodic_schedule" in m["headers"]]
     return {"stock": stock, "ours": ours}
+
+
+@pytest.mark.parametrize("broker", ["redis", "rabbitmq"])
+def test_publish_signals_are_sent_once_per_tick_as_stock_beat_sends_them(
+    broker: str, redis_url: str, amqp_url: str
+) -> None:
+    """``before_task_publish``/``after_task_publish`` (SPEC §14): once per tick, with the task's
+    name as sender, as for stock beat's message of the same entry. (``beat_init`` and
+    ``beat_embedded_init`` are sent by Celery's own ``beat.Service``, which runs either.)"""
+    name = f"signals-{broker}-{uuid.uuid4().hex[:8]}"
+    app = _app(redis_url if broker == "redis" else amqp_url, name)
+    seen: list[tuple[str, str, str]] = []
+
+    def before(sender: str, headers: dict[str, Any], **_: Any) -> None:
+        seen.append(("before", sender, str(headers.get("id"))))
+
+    def after(sender: str, headers: dict[str, Any], **_: Any) -> None:
+        seen.append(("after", sender, str(headers.get("id"))))
+
+    signals.before_task_publish.connect(before, weak=False)
+    signals.after_task_publish.connect(after, weak=False)
+    try:
+        _stock(app, f"{name}.report")
+        stock = list(seen)
+        seen.clear()
+        _ours(app, f"{name}.report")
+        ours = list(seen)
+        _drain(app, name, broker, redis_url)
+    finally:
+        signals.before_task_publish.disconnect(before)
+        signals.after_task_publish.disconnect(after)
+        app.close()
+    assert [(kind, sender) for kind, sender, _ in stock] == [
+        ("before", f"{name}.report"),
+        ("after", f"{name}.report"),
+    ]
+    assert [(kind, sender) for kind, sender, _ in ours] == [(k, s) for k, s, _ in stock]
+    (task_id,) = {task_id for _, _, task_id in ours}  # both signals of the one tick
+    assert task_id.startswith("report@") and is_tick_id(task_id)

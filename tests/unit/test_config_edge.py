@@ -292,6 +292,6 @@ def test_check_says_what_it_ignores_of_stock_beats_timing_settings() -> None:
     advice = check_config(app).recommendations
     (shelf,) = [a for a in advice if a.startswith("beat_schedule_filename")]
     assert "is ignored" in shelf and "durable_beat_url" in shelf
-    (loop,) = [a for a in advice if a.startswith("beat_max_loop_interval = 300 has no effect")]
+    assert any(a.startswith("beat_max_loop_interval = 300 has no effect") for a in advice)
     app.conf.update(beat_schedule_filename="celerybeat-schedule", beat_max_loop_interval=0.5)
     assert not [a for a in check_config(app).recommendations if a.startswith("beat_")]
