@@ -295,3 +295,14 @@ def test_check_says_what_it_ignores_of_stock_beats_timing_settings() -> None:
     assert any(a.startswith("beat_max_loop_interval = 300 has no effect") for a in advice)
     app.conf.update(beat_schedule_filename="celerybeat-schedule", beat_max_loop_interval=0.5)
     assert not [a for a in check_config(app).recommendations if a.startswith("beat_")]
+
+
+def test_the_registered_alias_durable_selects_the_scheduler() -> None:
+    """``celery beat -S durable`` (the ``celery.beat_schedulers`` entry point), as docs say."""
+    from celery.beat import Service
+
+    from celery_durable_beat.scheduler import Scheduler
+
+    app = Celery("alias", set_as_current=False)
+    scheduler = Service(app, scheduler_cls="durable").get_scheduler(lazy=True)
+    assert type(scheduler) is Scheduler
