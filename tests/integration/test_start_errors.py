@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from celery_durable_beat.model import Action
+from tests.support.procs import wait_until
 from tests.support.rig import BEAT_ARGS, ProcessRig, rig_factory
 
 pytestmark = pytest.mark.integration
@@ -125,3 +126,18 @@ def test_max_interval_below_the_poll_interval_is_in_force_and_in_the_banner(
     stock.wait_for(line, 60)
     default = rig.celery(BEAT_ARGS, "default")  # no flag: durable_beat_poll_interval
     default.wait_for("maxinterval -> 5.00 seconds (5.0s)", 60)
+
+
+def test_embedded_beat_runs_with_scheduler_given_as_docs_say(make_rig: Any) -> None:
+    """``celery worker -B --scheduler celery_durable_beat.Scheduler`` (SPEC §14, embedded
+    beat): the durable scheduler leads inside the worker, and the worker runs its ticks."""
+    rig = make_rig(schedule={"often": ENTRIES["often"]}, guard=True)
+    worker = rig.worker(flags=["-B", "--scheduler", "celery_durable_beat.Scheduler"])
+    worker.wait_for("leadership gained", 60)
+    enqueued = wait_until(
+        lambda: [e for e in rig.history("often") if e.outcome.value == "enqueued"] or None,
+        60,
+        "a tick the embedded beat enqueued",
+    )
+    wait_until(lambda: rig.state(enqueued[-1].task_id) is not None, 30, "the worker ran it")
+    rig.assert_all_alive()
