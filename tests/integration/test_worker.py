@@ -367,7 +367,8 @@ def test_an_acks_late_redelivery_after_its_worker_died_runs(make_rig: Any) -> No
     rig.worker("solo")
     wait_until(lambda: rig.rows("end"), 40, "the redelivered run to finish")
     assert [r["event"] for r in rig.rows()] == ["start", "start", "end"]
-    assert rig.state(task_id) is RunState.SUCCEEDED
+    # The run state is committed by the worker's background flusher after the body's last row.
+    wait_until(lambda: rig.state(task_id) is RunState.SUCCEEDED, 10, "its end recorded")
 
 
 def test_a_redelivery_while_the_first_run_is_alive_is_refused(make_rig: Any) -> None:
