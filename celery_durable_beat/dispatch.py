@@ -18,7 +18,11 @@ publish), then before each publish whether the tick goes out (``before_publish``
 after ``settle`` committed which ticks are recorded ``enqueued`` (``after_settle``). So
 ``replace`` revokes (SPEC §6), side effects of a tick that is safe, are noted by the gate and
 sent only then, for ticks recorded ``enqueued`` — never for one whose publish or confirm failed,
-and none at all when the round fails.
+and none at all when the round fails. ``after_settle`` also names the ticks whose publish the
+broker confirmed, on success and failure alike: one confirmed but never recorded (the round
+failed after it) runs with no audit record to say so, and the next round may well fire a later
+tick rather than replay it (more than one due, ``missed: skip``), so the gate keeps it as its
+schedule's previous tick for ``overlap``.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ class RoundStats:
     conflicts: int = 0
     broker_unavailable: bool = False
     events: list[AuditEvent] = field(default_factory=list)
+    published: set[str] = field(default_factory=set)
+    """Task ids whose publish the broker confirmed, recorded or not (``Gate`` rule 7)."""
 
     def outcomes(self) -> dict[str, int]:
         """Events of the round by outcome (for logs and metrics)."""
@@ -145,7 +151,7 @@ class Dispatcher:
                 if not claim.schedules:
                     return stats
                 work, broken = _plan_all(claim.schedules, now_ms)
-                _learn(work, self.gate.begin_round([item.due for item in work]))
+                _learn(work, self.gate.begin_round([item.due for item in work], now_ms))
                 ids = [t.task_id for w in work for t in w.ticks]
                 existing = claim.enqueued_task_ids(ids) if ids else set()
             advances = self._publish_all(work, existing, now_ms, stats)
@@ -154,13 +160,16 @@ class Dispatcher:
                 stats.events = _watched(stats.events, now_ms + self.redeliver_after_ms)
             applied = self.store.settle(stats.events, advances, epoch)
         except BaseException:
-            self.gate.after_settle(())  # what the round displaced stays: nothing new is safe
+            # What the round displaced stays: nothing new is safe. What it published has no
+            # record, though it may run: the gate keeps it for overlap.
+            self.gate.after_settle((), stats.published)
             raise
         faults.point("after_audit")
         # Let the gate revoke what ``replace`` displaced, for the ticks now recorded ``enqueued``
         # only (their publish confirmed, their record committed); the rest die.
         self.gate.after_settle(
-            {e.task_id for e in stats.events if e.outcome is Outcome.ENQUEUED and e.task_id}
+            {e.task_id for e in stats.events if e.outcome is Outcome.ENQUEUED and e.task_id},
+            stats.published,
         )
         _log_sent(stats.events, {item.due.name: item.due.definition.task for item in work})
         stats.conflicts = applied.count(False)
@@ -201,7 +210,15 @@ class Dispatcher:
         self, session: PublishSession, pending: list[_Result], now_ms: int, stats: RoundStats
     ) -> list[_Result]:
         """Results whose publishes are confirmed; uncertain ones are re-run as failed."""
-        if not pending or session.confirm() is None:
+        if not pending:
+            return pending
+        if session.confirm() is None:
+            stats.published.update(
+                e.task_id
+                for result in pending
+                for e in result.events
+                if e.outcome is Outcome.ENQUEUED and e.task_id
+            )
             return pending
         stats.broker_unavailable = True
         return [self._as_uncertain(result, now_ms) for result in pending]

@@ -35,11 +35,11 @@ class Gate(Protocol):
 
     The contract, as testable rules:
 
-    1. ``begin_round(schedules)`` is called once per round that claimed schedules, with the
-       schedules the round could plan, before any of their ticks is offered. It reads what the
-       whole batch needs before any publish — the previous ticks' run states in one read, a
-       failing streak only for a schedule that sets ``pause_on_failure`` — and nothing when no
-       schedule needs it.
+    1. ``begin_round(schedules, now_ms)`` is called once per round that claimed schedules, with
+       the schedules the round could plan and the round's now (the store's clock), before any of
+       their ticks is offered. It reads what the whole batch needs before any publish — the
+       previous ticks' run states in one read, a failing streak only for a schedule that sets
+       ``pause_on_failure`` — and nothing when no schedule needs it.
     2. ``begin_round`` never raises for an unreadable run tracking: what it could not read is
        left out of its answer (logged, ``run_tracking_unavailable``) and the next round reads
        again. It starts the round's state afresh: nothing read in an earlier round is reused.
@@ -57,16 +57,23 @@ class Gate(Protocol):
        logged (``revoke_failed``) and the next round decides again.
     6. ``close()`` releases what the gate holds (the run tracking's pool, the claims' client);
        idempotent, and nothing connects before first use.
+    7. ``after_settle(enqueued, published)`` also names every tick of the round whose publish the
+       broker confirmed, recorded or not, on the round's success and on its failure alike. A
+       tick in ``published`` but not in ``enqueued`` went out without its record (the round
+       failed after its publish: fenced, the store gone, the settle cut off): it may run, and
+       no audit record says so, so the gate keeps it (the one thing kept from earlier rounds) as
+       its schedule's previous tick for ``overlap`` until it ends or a newer tick is recorded.
     """
 
-    def begin_round(self, schedules: Sequence[DueSchedule]) -> PreviousRuns:
+    def begin_round(self, schedules: Sequence[DueSchedule], now_ms: int) -> PreviousRuns:
         """Learn, in one batched read, what this round needs of the schedules' previous runs."""
 
     def before_publish(self, due: DueSchedule, message: TickMessage) -> Reason | None:
         """None to publish ``message`` now, else the reason it is skipped."""
 
-    def after_settle(self, enqueued: Collection[str]) -> None:
-        """Do the follow-up work of the ticks now recorded ``enqueued``; forget the rest."""
+    def after_settle(self, enqueued: Collection[str], published: Collection[str] = ()) -> None:
+        """Do the follow-up work of the ticks now recorded ``enqueued``; forget the rest, except
+        the ticks ``published`` without a record (rule 7)."""
 
     def close(self) -> None:
         """Release the gate's connections; idempotent."""
@@ -75,13 +82,13 @@ class Gate(Protocol):
 class OpenGate:
     """The gate that lets every tick through and reads nothing (no run tracking wired)."""
 
-    def begin_round(self, schedules: Sequence[DueSchedule]) -> PreviousRuns:
+    def begin_round(self, schedules: Sequence[DueSchedule], now_ms: int) -> PreviousRuns:
         return NOTHING_LEARNT
 
     def before_publish(self, due: DueSchedule, message: TickMessage) -> Reason | None:
         return None
 
-    def after_settle(self, enqueued: Collection[str]) -> None:
+    def after_settle(self, enqueued: Collection[str], published: Collection[str] = ()) -> None:
         return None
 
     def close(self) -> None:

@@ -10,7 +10,8 @@ both connect on first use only, and ``close`` releases them):
 - ``before_publish``: ``require_worker`` first (``live_queues.py``, the live workers read at most
   once per round), then ``overlap`` (``overlap.py``) — in that order, so a tick held for want of
   a worker never counts as let through, and never displaces a previous run;
-- ``after_settle``: the revokes ``replace`` left for the ticks now recorded ``enqueued``.
+- ``after_settle``: the revokes ``replace`` left for the ticks now recorded ``enqueued``, and the
+  ticks published without a record, which ``overlap`` keeps as previous ticks (rule 7).
 
 It is always built (schedules can gain ``overlap`` or ``require_worker`` at any time through the
 API), and costs nothing for a schedule with none of the gated keys.
@@ -44,8 +45,9 @@ class RoundGate:
         self.live_queues = QueueWatch(app, runs.tracking, settings.worker_ttl)
         self._has_worker: Callable[[TickMessage], bool] | None = None
 
-    def begin_round(self, schedules: Sequence[DueSchedule]) -> PreviousRuns:
+    def begin_round(self, schedules: Sequence[DueSchedule], now_ms: int) -> PreviousRuns:
         self._has_worker = None  # the live workers are read again, if this round needs them
+        self.overlap.begin(now_ms)
         if not schedules:
             return NOTHING_LEARNT
         unknown = self.unknown_tasks(schedules)
@@ -58,8 +60,8 @@ class RoundGate:
             return Reason.NO_WORKER
         return self.overlap(due, message)
 
-    def after_settle(self, enqueued: Collection[str]) -> None:
-        self.overlap.flush(enqueued)
+    def after_settle(self, enqueued: Collection[str], published: Collection[str] = ()) -> None:
+        self.overlap.flush(enqueued, published)
 
     def close(self) -> None:
         """Release the run tracking's pool and the claims' client; idempotent."""

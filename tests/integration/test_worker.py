@@ -391,18 +391,60 @@ def _sleepy_beat(rig: ProcessRig, name: str, every: str, seconds: float, overlap
     rig.beat(schedule={name: schedule})
 
 
+def _spans(rig: ProcessRig) -> list[tuple[float, float]]:
+    """(start, end) of each run, by start; a run still going ends at infinity."""
+    starts = {r["id"]: r["t"] for r in rig.rows("start")}
+    ends = {r["id"]: r["t"] for r in rig.rows("end")}
+    return sorted((starts[i], ends.get(i, float("inf"))) for i in starts)
+
+
 def test_overlap_skip_never_runs_two_ticks_at_once(make_rig: Any) -> None:
     rig = make_rig()
     _sleepy_beat(rig, "slow", "@every 1s", 2.5, "skip")
     wait_until(lambda: len(rig.rows("end")) >= 3, 60, "3 finished runs")
-    starts = {r["id"]: r["t"] for r in rig.rows("start")}
-    ends = {r["id"]: r["t"] for r in rig.rows("end")}
-    spans = sorted((starts[i], ends.get(i, float("inf"))) for i in starts)
+    spans = _spans(rig)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
     events = rig.history("slow")
     assert any(e.outcome.value == "skipped" and e.reason == "overlap" for e in events)
-    finished = [e for e in events if e.task_id in ends]
-    assert finished and all(e.run_state == "succeeded" for e in finished)
+    ends = {r["id"] for r in rig.rows("end")}
+    # A run's end reaches tracking after the task wrote its ``end`` row (the guard's background
+    # commit, GATHER_S later): wait for the states instead of reading them at once.
+    wait_until(lambda: _all_succeeded(rig, "slow", ends), 10, "the finished runs succeeded")
+
+
+def _all_succeeded(rig: ProcessRig, name: str, task_ids: set[str]) -> bool:
+    """Whether history has each of ``task_ids`` (at least one) with run state ``succeeded``."""
+    found = [e for e in rig.history(name) if e.task_id in task_ids]
+    return bool(found) and all(e.run_state == "succeeded" for e in found)
+
+
+def test_overlap_skip_holds_when_the_round_fails_after_its_publish(make_rig: Any) -> None:
+    """The beat stops inside its first settle (its tick published) until PostgreSQL ends the
+    session (idle in transaction past the 3 s lease TTL): the round fails with the tick out and
+    unrecorded, and the retry, over an interval later, fires a later tick (``missed: skip``)."""
+    rig = make_rig()
+    rig.worker("prefork", 3)
+    entry = {"task": "procapp.sleepy", "schedule": "@every 1s", "args": [6], "overlap": "skip"}
+    beat = rig.beat(schedule={"slow": entry}, fault="fenced_write:1:stop")
+    beat.wait_for("durable-beat fault stopped at fenced_write", 30)
+    database = rig.store_url.rpartition("/")[2]
+    wait_until(lambda: not _idle_in_transaction(database), 30, "the frozen settle cut off")
+    beat.signal(signal.SIGCONT)
+    beat.wait_action(Action.TICK_UNRECORDED.value, 20)
+    wait_until(lambda: len(rig.rows("start")) >= 2, 40, "a second run")
+    spans = _spans(rig)
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans)), spans
+
+
+def _idle_in_transaction(database: str) -> int:
+    """Sessions on ``database`` sitting in an open transaction."""
+    with psycopg.connect(PG_ADMIN_URL.replace("+psycopg", "")) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+            " AND state = 'idle in transaction'",
+            (database,),
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def test_overlap_replace_terminates_the_unfinished_run(make_rig: Any) -> None:

@@ -196,7 +196,7 @@ class UnknownTasks(OpenGate):
     def __init__(self, watch: Callable[[Sequence[DueSchedule]], set[int]]) -> None:
         self.watch = watch
 
-    def begin_round(self, schedules: Sequence[DueSchedule]) -> PreviousRuns:
+    def begin_round(self, schedules: Sequence[DueSchedule], now_ms: int) -> PreviousRuns:
         return PreviousRuns(unknown_task=frozenset(self.watch(schedules)))
 
 

@@ -115,7 +115,7 @@ def finished(runs: MemoryRuns, name: str, tick_ms: int, state: RunState) -> None
 
 def test_schedules_with_no_gated_key_cost_no_read(gate: RoundGate, runs: CountingRuns) -> None:
     plain = [due("a", 1), due("b", 2)]  # never fired: no previous tick to look at
-    assert gate.begin_round(plain) == PreviousRuns()
+    assert gate.begin_round(plain, T0) == PreviousRuns()
     for item in plain:
         assert gate.before_publish(item, tick_message(item, T0)) is None
     gate.after_settle({tick_task_id("a", T0)})
@@ -131,13 +131,13 @@ def test_begin_round_reads_the_batch_once_and_streaks_only_where_the_key_is_set(
     finished(runs, "misspelt", T0 - MINUTE, RunState.UNKNOWN_TASK)
     finished(runs, "failing", T0 - 2 * MINUTE, RunState.FAILED)
     finished(runs, "failing", T0 - MINUTE, RunState.FAILED)
-    learnt = gate.begin_round([misspelt, failing, fine])
+    learnt = gate.begin_round([misspelt, failing, fine], T0)
     assert learnt == PreviousRuns(unknown_task=frozenset({1}), failing=frozenset({2}))
     assert runs.reads == {"states": 1, "recent_states": 1}
 
 
 def test_an_empty_round_reads_nothing(gate: RoundGate, runs: CountingRuns) -> None:
-    assert gate.begin_round([]) == PreviousRuns()
+    assert gate.begin_round([], T0) == PreviousRuns()
     assert runs.reads == {}
 
 
@@ -145,13 +145,13 @@ def test_live_workers_are_read_once_per_round_on_the_first_tick_that_needs_them(
     gate: RoundGate, runs: CountingRuns
 ) -> None:
     pinned = due("pinned", require_worker=True)
-    gate.begin_round([pinned])
+    gate.begin_round([pinned], T0)
     assert runs.reads == {}  # nothing needed them yet
     assert gate.before_publish(pinned, tick_message(pinned, T0)) is Reason.NO_WORKER
     runs.announce_worker("w1@a", ["celery"])
     assert gate.before_publish(pinned, tick_message(pinned, T0 + MINUTE)) is Reason.NO_WORKER
     assert runs.reads == {"live_workers": 1}  # the round's one read, kept for the round
-    gate.begin_round([pinned])
+    gate.begin_round([pinned], T0)
     assert gate.before_publish(pinned, tick_message(pinned, T0 + 2 * MINUTE)) is None
     assert runs.reads == {"live_workers": 2}
 
@@ -180,7 +180,7 @@ def test_a_tick_held_for_want_of_a_worker_displaces_nothing(
     control = Revokes()
     app.control = control
     item, message = replaced_schedule(runs, require_worker=True)
-    gate.begin_round([item])
+    gate.begin_round([item], T0)
     assert gate.before_publish(item, message) is Reason.NO_WORKER
     assert "previous_tick" not in runs.reads  # the overlap gate was never asked
     gate.after_settle({message.task_id})
@@ -236,7 +236,7 @@ def test_close_releases_the_run_tracking(gate: RoundGate, runs: CountingRuns) ->
 
 def test_the_open_gate_lets_everything_through() -> None:
     item = due(overlap=OverlapPolicy.SKIP, require_worker=True, last_tick_ms=T0)
-    assert OPEN_GATE.begin_round([item]) == PreviousRuns()
+    assert OPEN_GATE.begin_round([item], T0) == PreviousRuns()
     assert OPEN_GATE.before_publish(item, tick_message(item, T0)) is None
     OPEN_GATE.after_settle({"x"})
     OPEN_GATE.close()
@@ -250,8 +250,10 @@ class Recording(OpenGate):
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.published: list[list[str]] = []
+        """What each ``after_settle`` said went to the broker, recorded or not (rule 7)."""
 
-    def begin_round(self, schedules: Sequence[DueSchedule]) -> PreviousRuns:
+    def begin_round(self, schedules: Sequence[DueSchedule], now_ms: int) -> PreviousRuns:
         self.calls.append(("begin_round", sorted(d.name for d in schedules)))
         return PreviousRuns()
 
@@ -259,8 +261,9 @@ class Recording(OpenGate):
         self.calls.append(("before_publish", message.task_id))
         return Reason.OVERLAP if due.name == "held" else None
 
-    def after_settle(self, enqueued: Collection[str]) -> None:
+    def after_settle(self, enqueued: Collection[str], published: Collection[str] = ()) -> None:
         self.calls.append(("after_settle", sorted(enqueued)))
+        self.published.append(sorted(published))
 
 
 @pytest.fixture
@@ -287,15 +290,39 @@ def test_the_round_asks_once_before_publishing_and_settles_with_the_enqueued_tic
     assert gate.calls[0] == ("begin_round", ["held", "sent"])
     assert sorted(gate.calls[1:3]) == [("before_publish", held), ("before_publish", sent)]
     assert gate.calls[3:] == [("after_settle", [sent])]
+    assert gate.published == [[sent]]
     assert [m.task_id for m in pub.messages] == [sent]
 
 
-def test_a_failed_round_settles_nothing(store: FaultyMemoryStore) -> None:
+def test_a_failed_round_settles_nothing_but_names_what_it_published(
+    store: FaultyMemoryStore,
+) -> None:
     gate = Recording()
     store.fail_audit_once = True
     with pytest.raises(InjectedFault):
         Dispatcher(store, CapturingPublisher(), gate=gate).run_round(T0 + 5_000, EPOCH)
     assert gate.calls[-1] == ("after_settle", [])
+    assert gate.published == [[tick_task_id("sent", T0 + 5_000)]]  # out, with no record
+
+
+class Unconfirmed(CapturingPublisher):
+    """The broker never confirms: every publish of the round is uncertain."""
+
+    def confirm(self) -> Reason | None:
+        return Reason.BROKER_UNAVAILABLE
+
+
+@pytest.mark.parametrize("failure", ["refused", "unconfirmed"])
+def test_a_publish_that_failed_or_is_uncertain_is_not_published(
+    store: FaultyMemoryStore, failure: str
+) -> None:
+    gate = Recording()
+    pub = Unconfirmed() if failure == "unconfirmed" else CapturingPublisher()
+    if failure == "refused":
+        pub.fail_with = Reason.BROKER_UNAVAILABLE
+    Dispatcher(store, pub, gate=gate).run_round(T0 + 5_000, EPOCH)
+    assert gate.calls[-1] == ("after_settle", [])  # recorded ``failed``
+    assert gate.published == [[]]
 
 
 def test_nothing_due_asks_the_gate_nothing(store: FaultyMemoryStore) -> None:
