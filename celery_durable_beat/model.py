@@ -192,6 +192,9 @@ class Action(str, Enum):
     """A tick was held back because the previous run of its schedule is unfinished."""
     OVERLAP_REPLACED = "overlap_replaced"
     """The unfinished previous run is revoked in favour of the new tick."""
+    TICK_UNRECORDED = "tick_unrecorded"
+    """A tick of an ``overlap`` schedule was published but its round failed before recording it
+    ``enqueued``: the overlap gate counts it as the schedule's previous tick until it ends."""
     BEAT_STARTED = "beat_started"
     """Beat is set up: which store and lease it uses, under which holder name."""
     BEAT_REFUSED = "beat_refused"
@@ -202,6 +205,9 @@ class Action(str, Enum):
     """Giving the lease up failed (shutdown or fencing); it expires by itself after its TTL."""
     GUARD_INSTALLED = "guard_installed"
     """The worker put the dedup guard first on tasks whose class did not run it first."""
+    CLAIM_AHEAD_FAILED = "claim_ahead_failed"
+    """A tick claimed ahead by the worker's main process could not be handed on to Celery's
+    pool (``worker/ahead.py``); logged with the traceback, as Celery logs an internal error."""
     SHUTDOWN_JOBS_KEPT = "shutdown_jobs_kept"
     """A warm shutdown kept the jobs pool processes already held, which Celery would drop
     (``worker/shutdown.py``); debug when this Celery is not one the remedy was verified on."""
