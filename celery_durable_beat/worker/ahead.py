@@ -155,7 +155,11 @@ class ClaimAhead:
             while len(batch) < BATCH_MAX:
                 batch.append(self._unclaimed.popleft())
         runtime = self.runtime()
-        found = runtime.claim_ahead([wanted for _request, wanted in batch])
+        try:
+            found = runtime.claim_ahead([wanted for _request, wanted in batch])
+        except Exception:  # never strand a tick here: each goes on and claims in its run
+            _failed("claims taken ahead failed; %d tick(s) claim in their runs", len(batch))
+            found = None
         now_ms = runtime.clock.now_ms()
         answers = found if found is not None else [RunState.UNKNOWN] * len(batch)
         for (request, wanted), state in zip(batch, answers, strict=True):
@@ -169,7 +173,10 @@ class ClaimAhead:
         with suppress(IndexError):
             while len(batch) < BATCH_MAX:
                 batch.append(self._ends.popleft())
-        self.runtime().end_ahead([write for write, _then in batch])
+        try:
+            self.runtime().end_ahead([write for write, _then in batch])
+        except Exception:  # acknowledged all the same: a claim left started only expires
+            _failed("%d run end(s) not written; their messages are acknowledged", len(batch))
         self._written.extend(then for _write, then in batch if then is not None)
         with suppress(OSError):
             self._writer.send(b"\0")
@@ -213,11 +220,10 @@ class ClaimAhead:
         try:
             self.forward(request)
         except Exception:  # Celery's own flow failed: logged as Celery logs an internal error
-            log.exception(
-                "tick %s could not be handed to the pool",
-                request.id,
-                extra=log_extra(Action.CLAIM_AHEAD_FAILED, task_id=str(request.id)),
-            )
+            _failed("tick %s could not be handed to the pool", str(request.id))
+            if ahead is not None and wanted is not None:  # its claim is not held forever
+                self.runtime().drop_ahead(ahead.owner)
+                self.runtime().release_ahead([wanted])
 
     def stop(self) -> None:
         """Drop what waits and give back its claims (module docstring)."""
@@ -243,6 +249,10 @@ class ClaimAhead:
         self._written.clear()
         self._reader.close()
         self._writer.close()
+
+
+def _failed(text: str, *args: object) -> None:
+    log.exception(text, *args, extra=log_extra(Action.CLAIM_AHEAD_FAILED))
 
 
 class _Accepted:

@@ -265,3 +265,39 @@ def test_the_stand_in_hub_sees_a_socketpair_as_celery_does() -> None:
     assert select.select([a], [], [], 1)[0] == [a]
     a.close()
     b.close()
+
+
+def test_an_unforeseen_error_in_a_claim_call_strands_no_tick(
+    rig: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    ahead, hub, runtime, forwarded = rig
+
+    def broken(*_: Any) -> Any:
+        raise RuntimeError("a bug, not an outage")
+
+    runtime.claim_ahead = broken  # type: ignore[method-assign]
+    request = Request(0)
+    submit(ahead, runtime, request)
+    hub.turn()
+    assert forwarded == [request] and AHEAD_KEY not in request._request_dict
+    assert any(getattr(r, "action", None) == "claim_ahead_failed" for r in caplog.records)
+
+
+def test_a_tick_celery_could_not_take_gives_its_claim_back(clock: FakeClock) -> None:
+    runs = MemoryRuns(clock)
+    runtime = GuardRuntime(Settings(run_ttl=60, dedup_ttl=600), Runs(runs, runs), clock=clock)
+    hub = Hub()
+
+    def refuse(request: Any) -> None:
+        raise RuntimeError("the pool is gone")
+
+    ahead = ClaimAhead(hub, refuse, lambda: runtime)
+    ahead.start()
+    try:
+        submit(ahead, runtime, Request(0))
+        hub.turn()
+        assert runtime.held() == []
+        assert runtime.claims.state(key(0).task_id) is None  # the next delivery claims it
+    finally:
+        ahead.stop()
+        runtime.close()
