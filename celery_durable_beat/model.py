@@ -205,10 +205,6 @@ class Action(str, Enum):
     """Giving the lease up failed (shutdown or fencing); it expires by itself after its TTL."""
     GUARD_INSTALLED = "guard_installed"
     """The worker put the dedup guard first on tasks whose class did not run it first."""
-    CLAIM_AHEAD_FAILED = "claim_ahead_failed"
-    """Claims taken ahead by the worker's main process (``worker/ahead.py``) met an unforeseen
-    error: a claim call or an end write raised, or a tick could not be handed on to Celery's
-    pool; logged with the traceback, as Celery logs an internal error. The ticks go on."""
     SHUTDOWN_JOBS_KEPT = "shutdown_jobs_kept"
     """A warm shutdown kept the jobs pool processes already held, which Celery would drop
     (``worker/shutdown.py``); debug when this Celery is not one the remedy was verified on."""

@@ -18,15 +18,11 @@ backend's clock (the store's, Redis's, the injected one); a claim or row *expire
 expiry instant is before that clock's now.
 
 1. **Claim.** ``claim`` takes the tick, recording ``started`` for ``ttl_ms``, if it is absent,
-   expired (a lost run, or a finished one past the dedup window), ``retried`` while the
-   delivery is that retry (``attempt`` at least the attempt the ``retried`` write announced, and
-   never attempt 0; ``SqlRunStore`` stores no attempt and takes any attempt > 0), or
-   ``started`` by the same owner (the delivery confirms a claim taken ahead for it, which
-   may have waited long). Otherwise nothing changes and the state that refused it is returned.
-   Of concurrent claims of one task id exactly one succeeds. The settles a claim is given are
-   applied first, in order (rule 2). ``claim_many`` is ``claim`` for several deliveries, in
-   order, in one call and one commit where the backend can (the worker's main process claims
-   the ticks it receives ahead of their runs, ``worker/ahead.py``).
+   expired (a lost run, or a finished one past the dedup window), or ``retried`` while the
+   delivery is that retry: ``attempt`` at least the attempt the ``retried`` write announced, and
+   never attempt 0 (``SqlRunStore`` stores no attempt and takes any attempt > 0). Otherwise
+   nothing changes and the state that refused it is returned. Of concurrent claims of one task
+   id exactly one succeeds. The settles a claim is given are applied first, in order (rule 2).
 2. **Settle / write.** A write follows ``WriteIf``: ``ALWAYS`` replaces; ``OWNER`` applies if the
    tick is absent or held by the write's owner; ``UNFINISHED`` applies only if the tick is
    present and not finished (``FINAL_RUN_STATES``); ``UNLESS_ENDED_OTHERWISE`` applies unless
@@ -129,10 +125,6 @@ class RunWrite:
     attempt: int = 0
 
 
-Wanted = tuple[RunKey, str, int]
-"""One delivery's claim: the tick, the delivery's owner, its attempt (``claim_many``)."""
-
-
 @dataclass(frozen=True)
 class RunRecord:
     """A tick's run row as read back."""
@@ -187,9 +179,6 @@ class Claims(Protocol):
         """None if this delivery now holds the tick; else the state that refused it (rule 1).
         ``settles`` are applied first, in order, as ``settle_many`` would (rule 2): the guard's
         deferred run ends travel with the next claim, one round trip for both."""
-
-    def claim_many(self, wanted: Sequence[Wanted], ttl_ms: int) -> list[RunState | None]:
-        """``claim`` for each (key, owner, attempt), in order (rule 1): one answer each."""
 
     def settle(self, write: RunWrite) -> bool:
         """Apply one state write (rule 2); True if it applied."""

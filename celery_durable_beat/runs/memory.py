@@ -32,7 +32,6 @@ from celery_durable_beat.runs.base import (
     RunRecord,
     RunState,
     RunWrite,
-    Wanted,
     WorkerSeen,
     WriteIf,
 )
@@ -90,23 +89,12 @@ class MemoryRuns:
             now = self.clock.now_ms()
             for write in settles:
                 self._apply(write, now)
-            return self._claim(key, owner, attempt, ttl_ms, now)
-
-    def claim_many(self, wanted: Sequence[Wanted], ttl_ms: int) -> list[RunState | None]:
-        with self._lock:
-            now = self.clock.now_ms()
-            return [self._claim(key, owner, attempt, ttl_ms, now) for key, owner, attempt in wanted]
-
-    def _claim(
-        self, key: RunKey, owner: str, attempt: int, ttl_ms: int, now: int
-    ) -> RunState | None:
-        row = self._live(key.task_id, now)
-        retry = attempt >= max(1, self._attempts.get(key.task_id, 0))
-        mine = row is not None and row.state is RunState.STARTED and row.owner == owner
-        if row is not None and not (row.state is RunState.RETRIED and retry) and not mine:
-            return row.state
-        self._put(RunWrite(key, RunState.STARTED, owner, ttl_ms, attempt=attempt), now)
-        return None
+            row = self._live(key.task_id, now)
+            retry = attempt >= max(1, self._attempts.get(key.task_id, 0))
+            if row is not None and not (row.state is RunState.RETRIED and retry):
+                return row.state
+            self._put(RunWrite(key, RunState.STARTED, owner, ttl_ms, attempt=attempt), now)
+            return None
 
     def settle(self, write: RunWrite) -> bool:
         with self._lock:

@@ -17,16 +17,9 @@ here may be applied twice for the same call (a reply lost after the server commi
 set the same values again, and a claim takes a row its own owner (unique per delivery) already
 holds started.
 
-Claims are committed synchronously, as the server is configured: a PostgreSQL crash that forgot
-the last claims would let a tick delivered again run twice. A batch that only writes final
-states (``succeeded``, ``failed``, ``revoked``, ``expired``) is committed on connections with
-``synchronous_commit = off``: it is visible to every reader at once, and only a PostgreSQL crash
-in the next fraction of a second could forget it, leaving that run ``started`` until its
-``run_ttl`` (lost, not run again: its message was acknowledged after the write, and a delivery
-meeting ``started`` waits for the claim to expire only if the broker gave it back). That takes
-one disk flush (about 2.5 ms on a slow disk) off every run's end: an ``acks_late`` run's end is
-written before its acknowledgement, in the task's thread. A ``retried`` state or a give-back
-stays synchronous: the message that may claim the tick next depends on it.
+Commits are synchronous, as the server is configured: ``synchronous_commit = off`` would take
+about 2.5 ms a commit off this path on a slow disk, but a PostgreSQL crash could then forget the
+last claims, and a tick delivered again would run twice.
 
 Errors: a connection that cannot be made or breaks raises ``StoreUnavailable`` (the guard's
 circuit opens on it); any other database error is ``psycopg.Error``.
@@ -40,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
-from sqlalchemy import BigInteger, String, and_, bindparam, func, literal, or_, select, update
-from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy import BigInteger, String, and_, bindparam, or_, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL
 
@@ -118,49 +111,6 @@ _OWNED = runs.c.hostname == _param("owner", String)
 
 CLAIM = _compile(_upsert(None, claim=True).returning(runs.c.task_id))
 """Rule 1: takes an absent, expired or (a retry) ``retried`` row; ``(task_id,)`` if it did."""
-
-
-def _claim_many() -> Any:
-    """Rule 1 for first deliveries (attempt 0) of distinct ticks, in one statement: rows from
-    ``unnest`` of one array per column; the task ids it took come back."""
-    wanted = (
-        func.unnest(
-            _param("task_ids", ARRAY(String)),
-            _param("schedule_keys", ARRAY(String)),
-            _param("tick_mss", ARRAY(BigInteger)),
-            _param("triggers", ARRAY(String)),
-            _param("owners", ARRAY(String)),
-        )
-        .table_valued("task_id", "schedule_key", "tick_ms", "trigger", "owner")
-        .render_derived(name="wanted")
-    )
-    rows = select(
-        wanted.c.task_id,
-        wanted.c.schedule_key,
-        wanted.c.tick_ms,
-        wanted.c.trigger,
-        literal(RunState.STARTED.value),
-        wanted.c.owner,
-        PG_NOW,
-        PG_NOW + _param("keep_ms", BigInteger),
-    ).order_by(wanted.c.task_id)  # one lock order for every worker: concurrent calls never deadlock
-    columns = ["task_id", "schedule_key", "tick_ms", "trigger", "state", "hostname"]
-    stmt = insert(runs).from_select([*columns, "updated_at_ms", "expires_at_ms"], rows)
-    takeover = or_(
-        runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
-        and_(runs.c.hostname == stmt.excluded.hostname, runs.c.state == RunState.STARTED.value),
-    )
-    return replace_run(stmt, takeover).returning(runs.c.task_id)
-
-
-CLAIM_MANY = _compile(_claim_many())
-_ARRAYS = {
-    "task_ids": "task_id",
-    "schedule_keys": "schedule_key",
-    "tick_mss": "tick_ms",
-    "triggers": "trigger",
-    "owners": "owner",
-}
 ALWAYS = _compile(_upsert(None))
 OWNER = _compile(_upsert(runs.c.hostname == insert(runs).excluded.hostname))
 OWNER_SETTLE = _compile(
@@ -224,7 +174,6 @@ class DirectPg:
         self._connect_args = pg_connect_args(url)
         self._shown_url = shown_url
         self._idle: list[psycopg.Connection[Any]] = []
-        self._idle_lazy: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
 
     # -- the transitions (rules 1, 2, 3, 5 of ``base.py``) --------------------------------------
@@ -232,46 +181,18 @@ class DirectPg:
         """None if ``values`` (a ``started`` row) took the tick; else the state that refused."""
         if self.fetch_one(CLAIM, {**values, "retry": attempt}) is not None:
             return None
-        return self._state_of(values)
-
-    def claim_many(self, rows: Sequence[tuple[Values, int]]) -> list[RunState | None]:
-        """``claim`` for each (values, attempt), in order: the first deliveries of distinct
-        ticks in one statement (one commit), any other one (a retry, a second delivery of a
-        tick in the same call) after it, as ``claim``."""
-        together: dict[str, Values] = {}
-        for values, attempt in rows:
-            if attempt == 0:
-                together.setdefault(values["task_id"], values)
-        taken: set[str] = set()
-        if together:
-            rows_ = together.values()
-            arrays = {name: [v[field] for v in rows_] for name, field in _ARRAYS.items()}
-            keep_ms = next(iter(together.values()))["keep_ms"]
-            params = CLAIM_MANY.params({**arrays, "keep_ms": keep_ms})
-            found = self._run(lambda conn: conn.execute(CLAIM_MANY.sql, params).fetchall())
-            taken = {row[0] for row in found}
-        answers: list[RunState | None] = []
-        for values, attempt in rows:
-            if together.get(values["task_id"]) is values:
-                answers.append(None if values["task_id"] in taken else self._state_of(values))
-            else:
-                answers.append(self.claim(values, attempt))
-        return answers
-
-    def _state_of(self, values: Values) -> RunState:
-        row = self.fetch_one(STATE, {"task_id": values["task_id"]})
-        return _state(None if row is None else row[0])
+        found = self.fetch_one(STATE, {"task_id": values["task_id"]})
+        return _state(None if found is None else found[0])
 
     def settle(self, write_if: WriteIf, values: Values) -> bool:
         return self.fetch_one(_SETTLE[write_if], values) is not None
 
-    def write(self, writes: Sequence[tuple[WriteIf, Values]], *, lazy: bool = False) -> None:
+    def write(self, writes: Sequence[tuple[WriteIf, Values]]) -> None:
         """In order, in one transaction: each run of consecutive writes of one kind is one
-        ``executemany`` (one write alone is one autocommit statement). ``lazy``: committed
-        without waiting for the disk (final states only: module docstring)."""
+        ``executemany`` (one write alone is one autocommit statement)."""
         if len(writes) == 1:
             write_if, values = writes[0]
-            self.execute(_WRITE[write_if], values, lazy=lazy)
+            self.execute(_WRITE[write_if], values)
             return
         groups: list[tuple[Compiled, list[Values]]] = []
         for write_if, values in writes:
@@ -279,7 +200,7 @@ class DirectPg:
             if not groups or groups[-1][0] is not statement:
                 groups.append((statement, []))
             groups[-1][1].append(values)
-        self.execute_many(groups, lazy=lazy)
+        self.execute_many(groups)
 
     def release(self, task_id: str, owner: str) -> None:
         """``unknown``, expired at once, if ``owner`` still holds it."""
@@ -296,15 +217,11 @@ class DirectPg:
         params = statement.params(values)
         return self._run(lambda conn: conn.execute(statement.sql, params).fetchone())
 
-    def execute(
-        self, statement: Compiled, values: Mapping[str, Any], *, lazy: bool = False
-    ) -> None:
+    def execute(self, statement: Compiled, values: Mapping[str, Any]) -> None:
         params = statement.params(values)
-        self._run(lambda conn: conn.execute(statement.sql, params), lazy=lazy)
+        self._run(lambda conn: conn.execute(statement.sql, params))
 
-    def execute_many(
-        self, batches: Sequence[tuple[Compiled, Sequence[Values]]], *, lazy: bool = False
-    ) -> None:
+    def execute_many(self, batches: Sequence[tuple[Compiled, Sequence[Values]]]) -> None:
         """Every (statement, rows) of ``batches`` in one transaction, each one pipelined
         ``executemany``."""
         prepared = [(s.sql, [s.params(v) for v in rows]) for s, rows in batches if rows]
@@ -316,17 +233,17 @@ class DirectPg:
                 for sql, rows in prepared:
                     cur.executemany(sql, rows)
 
-        self._run(change, lazy=lazy)
+        self._run(change)
 
-    def _run(self, call: Callable[[psycopg.Connection[Any]], T], *, lazy: bool = False) -> T:
-        conn, reused = self._take(lazy=lazy)
+    def _run(self, call: Callable[[psycopg.Connection[Any]], T]) -> T:
+        conn, reused = self._take()
         try:
             result = call(conn)
         except _BROKEN as exc:
             conn.close()
             if not reused:
                 raise self._unavailable(exc) from exc
-            conn, _ = self._take(fresh=True, lazy=lazy)  # the idle one was dead: a new one
+            conn, _ = self._take(fresh=True)  # the idle one was dead: once more, on a new one
             try:
                 result = call(conn)
             except _BROKEN as again:
@@ -338,33 +255,29 @@ class DirectPg:
         except BaseException:
             conn.close()
             raise
-        self._give(conn, lazy=lazy)
+        self._give(conn)
         return result
 
-    def _take(
-        self, *, fresh: bool = False, lazy: bool = False
-    ) -> tuple[psycopg.Connection[Any], bool]:
-        idle = self._idle_lazy if lazy else self._idle
+    def _take(self, *, fresh: bool = False) -> tuple[psycopg.Connection[Any], bool]:
         if not fresh:
             with self._lock:
-                if idle:
-                    return idle.pop(), True
+                if self._idle:
+                    return self._idle.pop(), True
         try:
             conn = psycopg.connect(autocommit=True, **self._connect_args)
-            if lazy:  # final states only (module docstring); claims keep the server's setting
-                conn.execute("SET synchronous_commit TO off")
         except _BROKEN as exc:
             raise self._unavailable(exc) from exc
+        # Commits stay synchronous (the server's setting): a claim is the dedup guarantee, and
+        # one a PostgreSQL crash forgot would let a redelivered duplicate run.
         return conn, False
 
-    def _give(self, conn: psycopg.Connection[Any], *, lazy: bool = False) -> None:
+    def _give(self, conn: psycopg.Connection[Any]) -> None:
         if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
             conn.close()
             return
-        idle = self._idle_lazy if lazy else self._idle
         with self._lock:
-            if len(idle) < IDLE_MAX:
-                idle.append(conn)
+            if len(self._idle) < IDLE_MAX:
+                self._idle.append(conn)
                 return
         conn.close()
 
@@ -374,7 +287,7 @@ class DirectPg:
 
     def close(self) -> None:
         with self._lock:
-            idle, self._idle, self._idle_lazy = [*self._idle, *self._idle_lazy], [], []
+            idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
 

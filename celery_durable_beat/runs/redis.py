@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from celery_durable_beat.redis_client import connect
-from celery_durable_beat.runs.base import RunKey, RunState, RunWrite, Wanted
+from celery_durable_beat.runs.base import RunKey, RunState, RunWrite
 
 if TYPE_CHECKING:
     from celery_durable_beat.runs.base import Claims
@@ -66,48 +66,25 @@ return n
 """
 )
 
-# One claim (rule 1): key, owner, attempt, ttl_ms; false when claimed, else the stored value
-# that refused it.
-_CLAIM_ONE = """
-local function claim_one(key, owner, attempt, ttl)
-  local v = redis.call('GET', key)
-  if v then
-    local state, at, holder = string.match(v, '^([^|]*)|([^|]*)|(.*)$')
-    local retry = state == 'retried' and tonumber(attempt) >= (tonumber(at) or 0)
-    if not (retry or (state == 'started' and holder == owner)) then
-      return v
-    end
-  end
-  redis.call('SET', key, 'started|' .. attempt .. '|' .. owner, 'PX', ttl)
-  return false
-end
-"""
-
 # KEYS[1] the claim key, then settle keys; ARGV owner, attempt, ttl_ms, then four per settle
 # key as ``_SETTLE_MANY``. The settles first, in order, then the claim (rule 1): nil when
 # claimed, else the stored value that refused it.
 _CLAIM = (
     _SETTLE_ONE
-    + _CLAIM_ONE
     + """
 for i = 2, #KEYS do
   local a = 3 + (i - 2) * 4
   settle_one(KEYS[i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
 end
-return claim_one(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
-"""
-)
-
-# KEYS claim keys; ARGV[1] ttl_ms, then owner and attempt per key. One answer per key, in
-# order: '' when claimed, else the stored value that refused it.
-_CLAIM_MANY = (
-    _CLAIM_ONE
-    + """
-local out = {}
-for i, key in ipairs(KEYS) do
-  out[i] = claim_one(key, ARGV[i * 2], ARGV[i * 2 + 1], ARGV[1]) or ''
+local v = redis.call('GET', KEYS[1])
+if v then
+  local state, attempt = string.match(v, '^([^|]*)|([^|]*)|')
+  if not (state == 'retried' and tonumber(ARGV[2]) >= (tonumber(attempt) or 0)) then
+    return v
+  end
 end
-return out
+redis.call('SET', KEYS[1], 'started|' .. ARGV[2] .. '|' .. ARGV[1], 'PX', ARGV[3])
+return false
 """
 )
 
@@ -164,7 +141,6 @@ class RedisClaims:
         self.client: Any = connect(url, transport_options, timeout=REDIS_TIMEOUT_S)
         self.errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self._claim = self.client.register_script(_CLAIM)
-        self._claim_many = self.client.register_script(_CLAIM_MANY)
         self._settle = self.client.register_script(_SETTLE_MANY)
         self._heartbeat = self.client.register_script(_HEARTBEAT)
         self._release = self.client.register_script(_RELEASE)
@@ -183,16 +159,6 @@ class RedisClaims:
             args += _settle_args(write)
         found = self._claim(keys=keys, args=args)
         return None if found is None else parse_state(found)
-
-    def claim_many(self, wanted: Sequence[Wanted], ttl_ms: int) -> list[RunState | None]:
-        if not wanted:
-            return []
-        keys = [self.key(key.task_id) for key, _owner, _attempt in wanted]
-        args: list[str | int] = [max(1, ttl_ms)]
-        for _key, owner, attempt in wanted:
-            args += [_held(owner), attempt]
-        found = self._claim_many(keys=keys, args=args)
-        return [parse_state(value) if value else None for value in found]
 
     def settle(self, write: RunWrite) -> bool:
         return bool(self._settle(keys=[self.key(write.key.task_id)], args=_settle_args(write)))

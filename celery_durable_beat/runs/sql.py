@@ -16,8 +16,8 @@ one per process (after the prefork fork), the beat's overlap gate one on first u
 The worker's transitions (claim, write, settle, release, heartbeat) are its hot path: on
 PostgreSQL through psycopg they skip SQLAlchemy's connection and statement machinery
 (``pg_direct.py``: one autocommit statement each, compiled once per process, a batch of writes
-or of claims one pipelined ``executemany``); on SQLite (and another PostgreSQL driver) they are
-the same statements through SQLAlchemy, below.
+one pipelined ``executemany``); on SQLite (and another PostgreSQL driver) they are the same
+statements through SQLAlchemy, below.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from celery_durable_beat.runs.base import (
     RunRecord,
     RunState,
     RunWrite,
-    Wanted,
     WorkerSeen,
     WriteIf,
 )
@@ -113,13 +112,7 @@ class SqlRunStore(LazyEngine):
         if self._direct is not None:
             return self._direct.claim(_values(key, RunState.STARTED, owner, ttl_ms), attempt)
         stmt = self._row(key, RunState.STARTED, owner, ttl_ms)
-        takeover: ColumnElement[bool] = or_(
-            runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
-            and_(
-                runs.c.hostname == stmt.excluded.hostname,
-                runs.c.state == RunState.STARTED.value,
-            ),
-        )
+        takeover: ColumnElement[bool] = runs.c.expires_at_ms < stmt.excluded.updated_at_ms
         if attempt > 0:  # no attempt column: any retry may take a ``retried`` row
             takeover = or_(takeover, runs.c.state == RunState.RETRIED.value)
         stmt = replace_run(stmt, takeover).returning(runs.c.task_id)
@@ -132,19 +125,11 @@ class SqlRunStore(LazyEngine):
 
         return self._write(change)
 
-    def claim_many(self, wanted: Sequence[Wanted], ttl_ms: int) -> list[RunState | None]:
-        """One transaction, one commit, on PostgreSQL; a claim at a time elsewhere."""
-        if self._direct is not None:
-            rows = [(_values(k, RunState.STARTED, o, ttl_ms), a) for k, o, a in wanted]
-            return self._direct.claim_many(rows)
-        return [self.claim(key, owner, attempt, ttl_ms) for key, owner, attempt in wanted]
-
     def write(self, writes: Sequence[RunWrite]) -> None:
         if not writes:
             return
         if self._direct is not None:
-            lazy = all(item.state in FINAL_RUN_STATES for item in writes)
-            self._direct.write([(item.write_if, _write_values(item)) for item in writes], lazy=lazy)
+            self._direct.write([(item.write_if, _write_values(item)) for item in writes])
             return
 
         def change(conn: Connection) -> None:

@@ -68,7 +68,6 @@ from celery_durable_beat.runs.base import (
     Runs,
     RunState,
     RunWrite,
-    Wanted,
     WriteIf,
     is_final,
 )
@@ -93,17 +92,6 @@ class Refused(Exception):
         self.state = state
 
 
-@dataclass(frozen=True)
-class Ahead:
-    """A claim the worker's main process took for a delivery before handing it to the pool."""
-
-    owner: str
-    claimed_at_ms: int
-    """When, on the host's clock (``Clock.now_ms``)."""
-    ends_elsewhere: bool = False
-    """The main process writes the run's end (an ``acks_late`` task: ``ahead.py``)."""
-
-
 @dataclass
 class Held:
     """A run this process holds the claim of."""
@@ -113,8 +101,6 @@ class Held:
     attempt: int
     claimed: bool
     """False when the run goes ahead without a claim (the backend did not answer)."""
-    ends_elsewhere: bool = False
-    """The main process writes this run's end, not this process (``Ahead.ends_elsewhere``)."""
 
 
 class NoMirror:
@@ -283,7 +269,6 @@ class GuardRuntime:
             background=background_writes and not runs.shared,
         )
         self.claim_circuit = store_circuit
-        self.runs_shared = runs.shared
         self.mirror = NoMirror()
         if not runs.shared:
             self.claim_circuit = Circuit(
@@ -306,16 +291,9 @@ class GuardRuntime:
         self._next_prune = self.clock.monotonic() + jitter
 
     # -- a delivery starts ----------------------------------------------------------------------
-    def owner(self, hostname: str) -> str:
-        """A new owner: unique per delivery (``<worker node>:<pid>:<token>``)."""
-        return f"{hostname}:{self.pid}:{uuid.uuid4().hex[:12]}"
-
-    def enter(
-        self, key: RunKey, hostname: str, attempt: int, redelivered: bool, owner: str = ""
-    ) -> Held:
-        """Claim the tick for this delivery, or raise Refused (module docstring). ``owner``:
-        the delivery's own, when a claim was taken ahead for it."""
-        owner = owner or self.owner(hostname)
+    def enter(self, key: RunKey, hostname: str, attempt: int, redelivered: bool) -> Held:
+        """Claim the tick for this delivery, or raise Refused (module docstring)."""
+        owner = f"{hostname}:{self.pid}:{uuid.uuid4().hex[:12]}"
         wait_s = self.settings.run_ttl + 1 if redelivered else 0
         deadline = self.clock.monotonic() + wait_s
         while True:
@@ -330,67 +308,6 @@ class GuardRuntime:
                 self._shared_count("duplicates_refused")
                 raise Refused(found)
             self._sleep(REDELIVERY_POLL_S)
-
-    def adopt(self, key: RunKey, ahead: Ahead, hostname: str, attempt: int) -> Held:
-        """The run of a delivery the main process claimed ahead (``ahead.py``): held without a
-        round trip while that claim cannot have expired (taken less than half ``run_ttl``
-        ago); else claimed again as the same owner (rule 1), which a duplicate that took the
-        expired claim meanwhile refuses (raises Refused, as ``enter``)."""
-        if self.clock.now_ms() - ahead.claimed_at_ms >= self.run_ttl_ms // 2:
-            held = self.enter(key, hostname, attempt, redelivered=False, owner=ahead.owner)
-        else:
-            # Never over the end: the main process may write it (and commit) first.
-            started = RunWrite(
-                key, RunState.STARTED, ahead.owner, self.run_ttl_ms, WriteIf.UNLESS_ENDED_OTHERWISE
-            )
-            self.mirror.claimed(self.tracker, started)
-            held = self._hold(Held(key, ahead.owner, attempt, claimed=True))
-        held.ends_elsewhere = ahead.ends_elsewhere and held.claimed
-        return held
-
-    def claim_ahead(self, wanted: Sequence[Wanted]) -> list[RunState | None] | None:
-        """Claim these deliveries in one call (the main process, ``ahead.py``); None when the
-        claims do not answer: each delivery then claims, or fails open, in its run."""
-        if self.claim_circuit.open():
-            return None
-        try:
-            found = self.claims.claim_many(wanted, self.run_ttl_ms)
-        except self._errors as exc:
-            self.claim_circuit.failed(exc)
-            return None
-        self.claim_circuit.ok()
-        return found
-
-    def end_ahead(self, writes: Sequence[RunWrite]) -> None:
-        """The ends of runs claimed ahead, written by the main process (``ahead.py``) before it
-        acknowledges their messages: the claims at once (Redis: one call), tracking with them
-        when it is the claims (the store), else soon. A backend that does not answer opens its
-        circuit: the ends are kept aside for later, and the messages acknowledged all the
-        same (a claim left ``started`` expires; no broker redelivery can follow an ack)."""
-        if not self.runs_shared and not self.claim_circuit.open():
-            try:
-                self.claims.settle_many(writes)
-            except self.claims.errors as exc:
-                self.claim_circuit.failed(exc)
-        self.tracker.write_many(writes)
-
-    def hold_ahead(self, key: RunKey, owner: str) -> None:
-        """A claim taken ahead whose request waits for a pool process (the main process): its
-        expiry is pushed on with this process's heartbeat until ``drop_ahead``, so a tick that
-        waits behind long runs stays ``started`` (unfinished, for ``overlap``) rather than look
-        lost after ``run_ttl``."""
-        self._hold(Held(key, owner, 0, claimed=True), count=False)
-
-    def drop_ahead(self, owner: str) -> None:
-        """The request reached a pool process (which heartbeats it from now on) or ended."""
-        with self._lock:
-            self._held.pop(owner, None)
-
-    def release_ahead(self, wanted: Sequence[Wanted]) -> None:
-        """Give back claims taken ahead whose runs never started (the worker stops): their
-        messages go back to the queue, and the next delivery claims at once."""
-        for key, owner, _attempt in wanted:
-            self._give_back(Held(key, owner, 0, claimed=True))
 
     def _claim(self, key: RunKey, owner: str, attempt: int) -> RunState | None:
         if self.claim_circuit.open():
@@ -408,9 +325,8 @@ class GuardRuntime:
         self.tracker.write(RunWrite(key, RunState.UNKNOWN, owner, self.run_ttl_ms, WriteIf.OWNER))
         return self._hold(Held(key, owner, attempt, claimed=False))
 
-    def _hold(self, held: Held, *, count: bool = True) -> Held:
-        if count:
-            self.counters["claimed" if held.claimed else "unclaimed"] += 1
+    def _hold(self, held: Held) -> Held:
+        self.counters["claimed" if held.claimed else "unclaimed"] += 1
         with self._lock:
             self._held[held.owner] = held
         self._ensure_heartbeat()
@@ -442,8 +358,6 @@ class GuardRuntime:
         so a worker killed between the two leaves a finished claim that refuses the redelivery
         at once, instead of a ``started`` one that it waits out and then runs again."""
         self._release_heartbeat(held)
-        if held.ends_elsewhere:
-            return
         if state is None:
             self._give_back(held)
             return

@@ -63,8 +63,7 @@ from celery_durable_beat.model import Action, Trigger
 from celery_durable_beat.runs.base import RunKey, RunState, WriteIf
 from celery_durable_beat.runs.factory import make_runs, make_tracking
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.worker.ahead import AHEAD_KEY, ClaimAheadStep, claimed_ahead
-from celery_durable_beat.worker.guard import Ahead, GuardRuntime, Held, Refused
+from celery_durable_beat.worker.guard import GuardRuntime, Held, Refused
 from celery_durable_beat.worker.loopwake import LoopWakeStep
 from celery_durable_beat.worker.origin import periodic_origin
 from celery_durable_beat.worker.presence import consumed_queues
@@ -116,8 +115,7 @@ class _Installation:
         self._lock = threading.Lock()
 
 
-def installation(app: Any) -> _Installation | None:
-    """What ``install`` attached to ``app``, if it was called."""
+def _installation(app: Any) -> _Installation | None:
     found = getattr(app, _INSTALLED, None)
     return found if isinstance(found, _Installation) else None
 
@@ -128,7 +126,7 @@ def install(app: Any) -> None:
     Idempotent. Ticks delivered to this app's workers are then run at most once per tick id
     (within ``durable_beat_dedup_ttl``) and their run states tracked; see ``docs/worker.md``.
     """
-    if installation(app) is not None:
+    if _installation(app) is not None:
         return
     installed = _Installation(app)
     setattr(app, _INSTALLED, installed)
@@ -137,7 +135,6 @@ def install(app: Any) -> None:
     app.steps["consumer"].add(PresenceStep)
     app.steps["consumer"].add(LoopWakeStep)
     app.steps["consumer"].add(WarmShutdownStep)
-    app.steps["consumer"].add(ClaimAheadStep)
     _connect_signals()
 
 
@@ -150,7 +147,7 @@ class PresenceStep(bootsteps.StartStopStep):  # type: ignore[misc]
     requires = ("celery.worker.consumer.tasks:Tasks",)
 
     def start(self, c: Any) -> None:
-        installed = installation(c.app)
+        installed = _installation(c.app)
         if installed is not None:
             installed.runtime().present(str(c.hostname), partial(consumed_queues, c))
 
@@ -164,7 +161,7 @@ def _on_worker_shutdown(sender: Any = None, **_: Any) -> None:
 
 def _forget(app: Any) -> None:
     """This worker is going away: its presence row is deleted (idempotent)."""
-    installed = installation(app)
+    installed = _installation(app)
     runtime = installed.existing_runtime() if installed else None
     if runtime is not None:
         runtime.forget()
@@ -230,11 +227,6 @@ def guarded_class(cls: type) -> type:
     return found
 
 
-def task_guarded(task: Any) -> bool:
-    """Whether ``task`` (an instance) runs the guard first."""
-    return task is not None and guard_first(type(task))
-
-
 def cover_tasks(app: Any) -> list[str]:
     """Put the guard first on every registered task of ``app``; the names of those moved."""
     moved = []
@@ -259,22 +251,20 @@ def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
     (logged, counted); True for an ordinary task, which costs one attribute lookup."""
     if request.get("is_eager"):
         return True
-    installed = installation(task.app)
+    installed = _installation(task.app)
     origin = None if installed is None else periodic_origin(request)
     if installed is None or origin is None:
         return True
     task_id = str(request.get("id"))
     key = RunKey(task_id, origin.schedule, origin.tick_ms, origin.trigger.value)
     delivery = request.get("delivery_info") or {}
-    hostname = str(request.get("hostname") or socket.gethostname())
-    attempt = int(request.get("retries") or 0)
-    ahead = _take_ahead(request)
     try:
-        if ahead is not None:
-            held = installed.runtime().adopt(key, ahead, hostname, attempt)
-        else:
-            redelivered = bool(delivery.get("redelivered"))
-            held = installed.runtime().enter(key, hostname, attempt, redelivered)
+        held = installed.runtime().enter(
+            key,
+            hostname=str(request.get("hostname") or socket.gethostname()),
+            attempt=int(request.get("retries") or 0),
+            redelivered=bool(delivery.get("redelivered")),
+        )
     except Refused as refused:
         log.info(
             "duplicate delivery of %s not executed: the tick is already %s",
@@ -290,16 +280,6 @@ def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
         return False
     _ENTERED[task_id] = held
     return True
-
-
-def _take_ahead(request: Mapping[str, Any]) -> Ahead | None:
-    """The claim the main process took ahead for this delivery (``ahead.py``), taken out of the
-    request so the task never sees it."""
-    found = request.pop(AHEAD_KEY, None) if isinstance(request, dict) else None
-    if not isinstance(found, (tuple, list)) or len(found) != 3:
-        return None
-    owner, claimed_at_ms, ends_elsewhere = found
-    return Ahead(str(owner), int(claimed_at_ms), bool(ends_elsewhere))
 
 
 def forget_request(request: Mapping[str, Any]) -> None:
@@ -318,8 +298,6 @@ def enter(task: Any) -> None:
         fields = {"id": request.id, "hostname": request.hostname, "retries": request.retries}
         fields.update(delivery_info=request.delivery_info, **(request.headers or {}))
         fields.update(vars(request))
-        if hasattr(request, AHEAD_KEY):
-            delattr(request, AHEAD_KEY)
         if not claim_request(task, fields):
             raise Ignore()
         held = _ENTERED.pop(str(request.id), None)
@@ -330,7 +308,7 @@ def retrying(task: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
     """Record ``retried`` before ``Task.retry`` publishes the retry message."""
     request = task.request
     held = getattr(request, _HELD, None)
-    installed = installation(task.app)
+    installed = _installation(task.app)
     if not isinstance(held, Held) or installed is None:
         return
     limit = kwargs.get("max_retries", args[6] if len(args) > 6 else None)
@@ -368,7 +346,7 @@ def _on_postrun(
     task = task or sender
     request = getattr(task, "request", None)
     held = getattr(request, _HELD, None)
-    installed = installation(getattr(task, "app", None))
+    installed = _installation(getattr(task, "app", None))
     if not isinstance(held, Held) or installed is None:
         return
     setattr(request, _HELD, None)
@@ -382,17 +360,13 @@ def _on_postrun(
 
 def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, **_: Any) -> None:
     """A revoked tick, or one whose ``expires`` passed before it started (``expired``)."""
-    installed = installation(getattr(sender, "app", None))
+    installed = _installation(getattr(sender, "app", None))
     origin = periodic_origin(request)
     if installed is None or origin is None:
         return
     key = RunKey(str(request.id), origin.schedule, origin.tick_ms, origin.trigger.value)
     state = RunState.EXPIRED if expired else RunState.REVOKED
-    runtime = installed.runtime()
-    owner = claimed_ahead(request)
-    if owner is not None:  # revoked before a pool process took it: no longer pushed on
-        runtime.drop_ahead(owner)
-    runtime.settle_elsewhere(key, state, WriteIf.ALWAYS)
+    installed.runtime().settle_elsewhere(key, state, WriteIf.ALWAYS)
 
 
 def _on_failure(
@@ -402,7 +376,7 @@ def _on_failure(
     is left alone: ``time_limits.py`` records the limit, once)."""
     if not isinstance(exception, WorkerLostError):
         return  # other failures end in the pool process, through task_postrun
-    installed = installation(getattr(sender, "app", None))
+    installed = _installation(getattr(sender, "app", None))
     if installed is None or not task_id or not is_tick_id(task_id):
         return
     key = RunKey(task_id, "", 0, Trigger.AUTO.value)
@@ -411,7 +385,7 @@ def _on_failure(
 
 def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
     """The main process received a task: a tick's request gets the time-limit callback."""
-    installed = installation(getattr(sender, "app", None))
+    installed = _installation(getattr(sender, "app", None))
     if installed is not None and request is not None and is_tick_id(str(request.id)):
         hook_time_limit(request, installed.runtime)
 
@@ -421,7 +395,7 @@ def _on_unknown(
 ) -> None:
     """A tick whose task this worker does not have (Celery rejected the message): recorded
     ``unknown_task`` against the tick, so history shows it and the round counts it."""
-    installed = installation(getattr(sender, "app", None))
+    installed = _installation(getattr(sender, "app", None))
     origin = periodic_origin(getattr(message, "headers", None))
     task_id = str(fields.get("id") or "")
     if installed is None or origin is None or not task_id:
@@ -437,7 +411,7 @@ def _on_unknown(
 
 
 def _on_worker_init(sender: Any = None, **_: Any) -> None:
-    installed = installation(getattr(sender, "app", None))
+    installed = _installation(getattr(sender, "app", None))
     if installed is None:
         return
     settings = installed.settings()  # a bad setting stops the worker here, not a task later
@@ -490,7 +464,7 @@ def counters(app: Any) -> dict[str, int]:
     """This process's guard counters for ``app``: ``claimed``, ``duplicates_refused``,
     ``unclaimed`` (ran without the dedup check: backend down), ``tracking_errors``,
     ``tracking_dropped``."""
-    installed = installation(app)
+    installed = _installation(app)
     runtime = installed.existing_runtime() if installed else None
     total: Counter[str] = Counter()
     if runtime is not None:
@@ -501,7 +475,7 @@ def counters(app: Any) -> dict[str, int]:
 def shared_counters(app: Any) -> dict[str, int]:
     """Counters every worker of ``app`` adds to in Redis (``duplicates_refused``); empty when
     claims live in the store."""
-    installed = installation(app)
+    installed = _installation(app)
     if installed is None:
         return {}
     return installed.runtime().claims.counters()

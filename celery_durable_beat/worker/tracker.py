@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
 from dataclasses import replace
 
 from celery_durable_beat.clock import Clock
@@ -113,16 +112,6 @@ class Tracker:
                 self._ensure_flusher()
                 self._wake.set()
                 return
-        self.flush()
-
-    def write_many(self, items: Sequence[RunWrite]) -> None:
-        """``write`` for several items, committed together: now, or in the background."""
-        for item in items:
-            self._keep(item)
-        if self.background and not self._stop.is_set():
-            self._ensure_flusher()
-            self._wake.set()
-            return
         self.flush()
 
     def _keep(self, item: RunWrite) -> None:

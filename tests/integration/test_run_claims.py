@@ -155,53 +155,6 @@ def test_a_retried_tick_is_claimed_by_its_retry_only(claims: Claims) -> None:
     assert claims.claim(k, "dup", 2, MINUTE) is RunState.SUCCEEDED
 
 
-def test_a_started_claim_is_taken_again_by_its_own_owner_only(claims: Claims) -> None:
-    """A delivery confirms a claim taken ahead for it (``worker/ahead.py``); nobody else can."""
-    assert claims.claim(key(), "w1", 0, MINUTE) is None
-    assert claims.claim(key(), "w1", 0, MINUTE) is None
-    assert claims.claim(key(), "w2", 0, MINUTE) is RunState.STARTED
-    assert settle(claims, key(), RunState.SUCCEEDED, "w1")
-    assert claims.claim(key(), "w1", 0, MINUTE) is RunState.SUCCEEDED
-
-
-def test_claim_many_answers_each_delivery_in_order(claims: Claims) -> None:
-    done, fresh, retried, twice = (key(T0 + i * MINUTE) for i in range(4))
-    assert claims.claim(done, "w0", 0, MINUTE) is None
-    assert settle(claims, done, RunState.SUCCEEDED, "w0")
-    assert claims.claim(retried, "w0", 0, MINUTE) is None
-    assert settle(claims, retried, RunState.RETRIED, "w0", attempt=1)
-    wanted = [
-        (done, "a", 0),
-        (fresh, "b", 0),
-        (retried, "c", 1),
-        (twice, "d", 0),
-        (twice, "e", 0),  # a second delivery of one tick in the same call: refused
-        (fresh, "b", 0),  # the same delivery again: still its own
-    ]
-    found = claims.claim_many(wanted, MINUTE)
-    assert found == [RunState.SUCCEEDED, None, None, None, RunState.STARTED, None]
-    assert claims.claim(twice, "f", 0, MINUTE) is RunState.STARTED
-    assert settle(claims, twice, RunState.SUCCEEDED, "d")  # "d" holds it, not "e"
-    assert claims.claim_many([], MINUTE) == []
-
-
-def test_of_concurrent_claim_many_calls_exactly_one_wins_each_tick(claims: Claims) -> None:
-    """Each worker's call lists the ticks in its own order: none deadlocks, one wins each."""
-    ticks = [key(T0 + i * MINUTE) for i in range(5)]
-    orders = [ticks[i % 5 :] + ticks[: i % 5] for i in range(8)]
-    answers: list[dict[str, RunState | None]] = [{} for _ in orders]
-
-    def claim(i: int) -> RunState | None:
-        found = claims.claim_many([(k, f"w{i}", 0) for k in orders[i]], MINUTE)
-        answers[i] = {k.task_id: state for k, state in zip(orders[i], found, strict=True)}
-        return None
-
-    race(claim)
-    for k in ticks:
-        assert [a[k.task_id] for a in answers].count(None) == 1
-        assert claims.state(k.task_id) is RunState.STARTED
-
-
 # -- Claims: rules 2-6 ----------------------------------------------------------------------------
 
 
