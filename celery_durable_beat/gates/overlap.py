@@ -22,7 +22,9 @@ older, finished one: two runs at once. The round tells the gate which ticks the 
 (``Gate`` rule 7); one confirmed without a record is kept here, by schedule, as an **unrecorded**
 previous tick and judged like a recorded one (its run state from tracking, queued since the
 round that published it), until it ends, is lost, or a tick at or after it is recorded. Kept in
-this beat's memory only: a beat started afterwards does not know it.
+this beat's memory; a beat started afterwards (or this one, once a worker has claimed the tick)
+finds it through tracking instead: ``previous_tick`` answers with the newest tick a worker has
+a run of when no record is as new (runs rule 7).
 
 - ``skip``: an unfinished previous tick → this one is not published (audit ``skipped``, reason
   ``overlap``).

@@ -38,7 +38,10 @@ expiry instant is before that clock's now.
 6. **State.** ``state`` is the state a claim of the tick would meet: None when absent or expired.
 7. **Tracking.** ``get_run`` reads a tick's row (expired or not, until pruned);
    ``previous_tick`` finds the newest ``enqueued`` automatic tick of a schedule (names compare
-   by ``ids.name_key``) before a given tick, with its run; ``states`` reads the states of many
+   by ``ids.name_key``) before a given tick, with its run, unless a worker has a run row of a
+   newer automatic tick of that schedule before the given tick: a tick that went out without
+   its ``enqueued`` record (its round failed after the publish), which it finds instead, with
+   that run; ``states`` reads the states of many
    task ids at once (expired or not; absent ids are left out); ``prune_runs`` deletes expired
    rows whose ``enqueued`` record is gone.
 8. **Workers.** ``announce_worker`` upserts a worker's row (its queues, last seen = now);
@@ -232,7 +235,8 @@ class RunTracking(Protocol):
         """The run row of a task id (rule 7)."""
 
     def previous_tick(self, schedule: str, before_tick_ms: int) -> PreviousTick | None:
-        """The newest ``enqueued`` automatic tick of ``schedule`` before ``before_tick_ms``."""
+        """The newest automatic tick of ``schedule`` before ``before_tick_ms`` recorded
+        ``enqueued``, or run without that record (rule 7)."""
 
     def states(self, task_ids: Sequence[str]) -> dict[str, RunState]:
         """The stored state of each task id that has a row, expired or not (rule 7)."""

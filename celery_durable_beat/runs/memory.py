@@ -189,6 +189,26 @@ class MemoryRuns:
         wanted = name_key(schedule)
         with self._lock:
             now = self.clock.now_ms()
+            recorded = [
+                rec.tick_ms
+                for rec in self._enqueued
+                if rec.schedule_key == wanted and rec.tick_ms < before_tick_ms
+            ]
+            run = max(
+                (
+                    row
+                    for row in self._rows.values()
+                    if row.schedule_key == wanted
+                    and row.trigger == "auto"
+                    and row.tick_ms < before_tick_ms
+                ),
+                key=lambda row: row.tick_ms,
+                default=None,
+            )
+            if run is not None and (not recorded or run.tick_ms > recorded[-1]):
+                return PreviousTick(
+                    run.task_id, run.tick_ms, run.updated_at_ms, run.state, run.expires_at_ms, now
+                )
             for rec in reversed(self._enqueued):
                 if rec.schedule_key == wanted and rec.tick_ms < before_tick_ms:
                     row = self._rows.get(rec.task_id)

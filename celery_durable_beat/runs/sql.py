@@ -238,7 +238,10 @@ class SqlRunStore(LazyEngine):
         )
 
     def previous_tick(self, schedule: str, before_tick_ms: int) -> PreviousTick | None:
-        """Walks the (schedule_key, id) index backwards to the first matching record."""
+        """Walks the (schedule_key, id) index backwards to the first matching record, and the
+        runs' (schedule_key, tick_ms) index backwards to the newest run: a newer run than the
+        record is a tick that went out without it (rule 7)."""
+        key = _schedule_key(schedule)
         query = (
             select(
                 audit.c.task_id,
@@ -250,7 +253,7 @@ class SqlRunStore(LazyEngine):
             )
             .select_from(audit.outerjoin(runs, runs.c.task_id == audit.c.task_id))
             .where(
-                audit.c.schedule_key == _schedule_key(schedule),
+                audit.c.schedule_key == key,
                 ENQUEUED,
                 audit.c.trigger == Trigger.AUTO.value,
                 audit.c.tick_ms < before_tick_ms,
@@ -258,8 +261,35 @@ class SqlRunStore(LazyEngine):
             .order_by(audit.c.id.desc())
             .limit(1)
         )
+        newest_run = (
+            select(
+                runs.c.task_id,
+                runs.c.tick_ms,
+                runs.c.updated_at_ms,
+                runs.c.state,
+                runs.c.expires_at_ms,
+                self._now().label("now_ms"),
+            )
+            .where(
+                runs.c.schedule_key == key,
+                runs.c.trigger == Trigger.AUTO.value,
+                runs.c.tick_ms < before_tick_ms,
+            )
+            .order_by(runs.c.tick_ms.desc())
+            .limit(1)
+        )
         with self._tx(write=False) as conn:
             row = conn.execute(query).first()
+            run = conn.execute(newest_run).first()
+        if run is not None and (row is None or row.task_id is None or run.tick_ms > row.tick_ms):
+            return PreviousTick(
+                task_id=run.task_id,
+                tick_ms=run.tick_ms,
+                enqueued_at_ms=run.updated_at_ms,
+                state=_state(run.state),
+                expires_at_ms=run.expires_at_ms,
+                now_ms=int(run.now_ms),
+            )
         if row is None or row.task_id is None:
             return None
         return PreviousTick(

@@ -426,6 +426,25 @@ def test_skip_waits_for_an_unfinished_previous_tick(sql_store: SqlStore, runs: S
     assert gate(d, tick_message(d, T0 + MINUTE)) is None
 
 
+def test_skip_waits_for_a_run_that_has_no_enqueued_record(
+    sql_store: SqlStore, runs: SqlRunStore
+) -> None:
+    """A tick that went out without its record (its round failed after the publish) and that a
+    worker runs is the previous tick (runs rule 7)."""
+    gate = gate_for(runs)
+    _enqueued(sql_store, T0)
+    runs.write([RunWrite(key(T0), RunState.SUCCEEDED, "w1", MINUTE)])
+    runs.claim(key(T0 + MINUTE), "w1", 0, MINUTE)  # no ``enqueued`` record for it
+    d = due(OverlapPolicy.SKIP, T0 + 2 * MINUTE)
+    assert gate(d, tick_message(d, T0 + 2 * MINUTE)) is Reason.OVERLAP
+    previous = runs.previous_tick(NAME, T0 + 2 * MINUTE)
+    assert previous is not None and previous.task_id == key(T0 + MINUTE).task_id
+    runs.write([RunWrite(key(T0 + MINUTE), RunState.SUCCEEDED, "w1", MINUTE)])
+    d = due(OverlapPolicy.SKIP, T0 + 2 * MINUTE)
+    assert gate(d, tick_message(d, T0 + 2 * MINUTE)) is None
+    assert runs.previous_tick(NAME, T0 + MINUTE) is not None  # T0's record, before it
+
+
 def test_a_lost_previous_tick_does_not_block(sql_store: SqlStore, runs: SqlRunStore) -> None:
     gate = gate_for(runs, queued_ttl=0.05)
     _enqueued(sql_store, T0, T0 + MINUTE)

@@ -97,6 +97,10 @@ class Beat:
         entry = {"task": "t", "schedule": "@every 1s", "overlap": "skip", **entry}
         self.store.register_epoch(1)
         sync_definitions(self.store, [validate_entry("job", entry)], T0, epoch=1)
+        self.restart()
+
+    def restart(self) -> None:
+        """Another beat process from here on: nothing the last one kept in memory."""
         gate = RoundGate(self.app, Settings(queued_ttl=60), Runs(self.runs, self.runs))
         self.dispatcher = Dispatcher(self.store, self.publisher, gate=gate)
 
@@ -187,6 +191,16 @@ def test_an_unrecorded_tick_never_blocks_forever() -> None:
     never.failing_at(1 * SECOND)
     assert never.at(30 * SECOND) == []
     assert never.at(62 * SECOND) == [tid(62 * SECOND)]
+
+
+def test_a_beat_started_after_the_failure_finds_the_tick_once_a_worker_claimed_it() -> None:
+    beat = Beat()
+    beat.failing_at(1 * SECOND)
+    beat.start(1 * SECOND)
+    beat.restart()
+    assert beat.at(2 * SECOND + 500) == []  # its run row, newer than any record, blocks
+    beat.finish(1 * SECOND)
+    assert beat.at(3 * SECOND) == [tid(3 * SECOND)]
 
 
 def test_replace_revokes_the_unrecorded_run_once_the_new_tick_is_recorded() -> None:
