@@ -151,14 +151,7 @@ class OverlapGate:
             now_ms = prev.now_ms  # the store's clock, read just now
         else:
             now_ms = self._now_ms if self._now_ms is not None else tick_ms
-        as_previous = PreviousTick(
-            task_id=kept.task_id,
-            tick_ms=kept.tick_ms,
-            enqueued_at_ms=kept.published_at_ms,
-            state=None if run is None else run.state,
-            expires_at_ms=None if run is None else run.expires_at_ms,
-            now_ms=now_ms,
-        )
+        as_previous = PreviousTick.of(kept.task_id, kept.tick_ms, kept.published_at_ms, run, now_ms)
         if not unfinished(as_previous, self.queued_ttl_ms):
             del self._unrecorded[schedule]
             return None

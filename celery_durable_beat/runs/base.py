@@ -144,7 +144,8 @@ class RunRecord:
 
 @dataclass(frozen=True)
 class PreviousTick:
-    """The newest automatic tick of a schedule enqueued before a given one, and its run."""
+    """The newest automatic tick of a schedule enqueued (or run, rule 7) before a given one, and
+    its run."""
 
     task_id: str
     tick_ms: int
@@ -152,6 +153,15 @@ class PreviousTick:
     state: RunState | None
     expires_at_ms: int | None
     now_ms: int
+
+    @classmethod
+    def of(
+        cls, task_id: str, tick_ms: int, enqueued_at_ms: int, run: RunRecord | None, now_ms: int
+    ) -> PreviousTick:
+        """The tick with its run row, if it has one."""
+        state = None if run is None else run.state
+        expires = None if run is None else run.expires_at_ms
+        return cls(task_id, tick_ms, enqueued_at_ms, state, expires, now_ms)
 
 
 @dataclass(frozen=True)

@@ -189,11 +189,14 @@ class MemoryRuns:
         wanted = name_key(schedule)
         with self._lock:
             now = self.clock.now_ms()
-            recorded = [
-                rec.tick_ms
-                for rec in self._enqueued
-                if rec.schedule_key == wanted and rec.tick_ms < before_tick_ms
-            ]
+            record = next(
+                (
+                    rec
+                    for rec in reversed(self._enqueued)
+                    if rec.schedule_key == wanted and rec.tick_ms < before_tick_ms
+                ),
+                None,
+            )
             run = max(
                 (
                     row
@@ -205,21 +208,11 @@ class MemoryRuns:
                 key=lambda row: row.tick_ms,
                 default=None,
             )
-            if run is not None and (not recorded or run.tick_ms > recorded[-1]):
-                return PreviousTick(
-                    run.task_id, run.tick_ms, run.updated_at_ms, run.state, run.expires_at_ms, now
-                )
-            for rec in reversed(self._enqueued):
-                if rec.schedule_key == wanted and rec.tick_ms < before_tick_ms:
-                    row = self._rows.get(rec.task_id)
-                    return PreviousTick(
-                        task_id=rec.task_id,
-                        tick_ms=rec.tick_ms,
-                        enqueued_at_ms=rec.at_ms,
-                        state=None if row is None else row.state,
-                        expires_at_ms=None if row is None else row.expires_at_ms,
-                        now_ms=now,
-                    )
+            if run is not None and (record is None or run.tick_ms > record.tick_ms):
+                return PreviousTick.of(run.task_id, run.tick_ms, run.updated_at_ms, run, now)
+            if record is not None:
+                row = self._rows.get(record.task_id)
+                return PreviousTick.of(record.task_id, record.tick_ms, record.at_ms, row, now)
         return None
 
     def recent_states(self, schedule: str, since_tick_ms: int | None, limit: int) -> list[RunState]:
