@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from celery_durable_beat.ids import jitter_offset_ms
 from celery_durable_beat.model import Definition, MissedPolicy, Reason
+from celery_durable_beat.schedules.bounds import LAST_MS
 from celery_durable_beat.schedules.occurrences import (
     MAX_ENUMERATION,
     count_ticks,
@@ -102,8 +103,10 @@ def plan(
 
 
 def _until(tick_ms: int, end_ms: int | None) -> int | None:
-    """``tick_ms``, or None when it falls after the schedule's end."""
-    return None if end_ms is not None and tick_ms > end_ms else tick_ms
+    """``tick_ms``, or None when it falls after the schedule's end or past year 9999 (where
+    ``next_tick`` says a schedule has ended, SPEC §2)."""
+    last = LAST_MS if end_ms is None else min(end_ms, LAST_MS)
+    return None if tick_ms > last else tick_ms
 
 
 def first_tick(definition: Definition, now_ms: int) -> int | None:

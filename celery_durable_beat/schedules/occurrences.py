@@ -6,6 +6,12 @@ spec's :class:`~celery_durable_beat.schedules.spec.DayRule` is given to croniter
 (``day_or``), never left to croniter's own reading of the day fields. Every
 search is bounded: past ``MAX_STEPS`` candidates (or croniter's own horizon) it raises
 :class:`~celery_durable_beat.exceptions.OccurrenceSearchError` instead of looping.
+
+Time ends at 9999-12-31 (SPEC §2, Python's ``datetime`` ends there): an occurrence that would
+pass year 9999, in UTC or on the zone's wall clock, does not exist. :func:`next_tick` then
+answers :data:`ENDED_MS`, past every instant a surface can show, and the planner reads any tick
+past :data:`~celery_durable_beat.schedules.bounds.LAST_MS` as "no next tick", like a schedule
+past its ``end_at``. No search raises ``OverflowError``.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from zoneinfo import ZoneInfo
 from croniter import CroniterBadDateError, croniter
 
 from celery_durable_beat.exceptions import OccurrenceSearchError
+from celery_durable_beat.schedules.bounds import LAST_MS
 from celery_durable_beat.schedules.dst import (
     WallKind,
     classify,
@@ -35,14 +42,25 @@ MAX_STEPS = 10_000
 MAX_ENUMERATION = 1000
 """Most ticks one enumeration returns (SPEC §4: bounded per schedule per round)."""
 
+ENDED_MS = LAST_MS + 1
+"""What :func:`next_tick` answers when the next occurrence would pass year 9999: the schedule
+has ended (SPEC §2)."""
+
 _ONE_SECOND = timedelta(seconds=1)
 
 
 def next_tick(spec: ScheduleSpec, after_ms: int) -> int:
-    """The first tick strictly after ``after_ms``."""
+    """The first tick strictly after ``after_ms``; :data:`ENDED_MS` when it would pass year
+    9999 (in UTC or on the wall clock of the spec's zone)."""
+    if after_ms >= LAST_MS:
+        return ENDED_MS
     if isinstance(spec, IntervalSpec):
-        return (after_ms // spec.every_ms + 1) * spec.every_ms
-    return _next_cron_s(spec, after_ms) * 1000
+        return min((after_ms // spec.every_ms + 1) * spec.every_ms, ENDED_MS)
+    try:
+        found = _next_cron_s(spec, after_ms) * 1000
+    except OverflowError:  # a wall time past 9999-12-31 in the zone: no such occurrence
+        return ENDED_MS
+    return min(found, ENDED_MS)
 
 
 def ticks_between(
@@ -51,6 +69,7 @@ def ticks_between(
     """Ticks ``t`` with ``after_ms < t <= until_ms``, oldest first, at most ``limit`` of them."""
     if not 0 <= limit <= MAX_ENUMERATION:
         raise ValueError(f"limit {limit} is outside 0..{MAX_ENUMERATION}")
+    until_ms = min(until_ms, LAST_MS)  # nothing occurs past year 9999
     if isinstance(spec, IntervalSpec):
         first = next_tick(spec, after_ms)
         stop = min(until_ms, first + (limit - 1) * spec.every_ms)
@@ -67,6 +86,7 @@ def ticks_between(
 
 def count_ticks(spec: IntervalSpec, after_ms: int, until_ms: int) -> int:
     """How many interval ticks lie in ``(after_ms, until_ms]``, without enumerating them."""
+    until_ms = min(until_ms, LAST_MS)  # nothing occurs past year 9999
     if until_ms <= after_ms:
         return 0
     return until_ms // spec.every_ms - after_ms // spec.every_ms
@@ -126,7 +146,11 @@ def _matches_every_day(dom: Sequence[object], dow: Sequence[object]) -> bool:
 
 
 def _next_wall(spec: CronSpec, wall: datetime) -> datetime:
-    """The first matching wall time strictly after ``wall`` (naive, whole seconds)."""
+    """The first matching wall time strictly after ``wall`` (naive, whole seconds).
+
+    Raises OverflowError when that wall time would be past year 9999 (croniter says so with an
+    ``OverflowError`` or a ``ValueError`` from ``datetime``, depending on the field).
+    """
     it = _matcher(spec)
     it.set_current(wall, force=True)
     try:
@@ -135,6 +159,8 @@ def _next_wall(spec: CronSpec, wall: datetime) -> datetime:
         raise OccurrenceSearchError(
             f"cron {spec.expr!r} has no occurrence after {wall.isoformat()}"
         ) from exc
+    except ValueError as exc:  # "year 10000 is out of range"
+        raise OverflowError(str(exc)) from exc
     return found
 
 

@@ -25,6 +25,8 @@ from typing import Any
 
 from croniter import croniter
 
+from celery_durable_beat.schedules.bounds import INTERVAL_MAX_MS, SECONDS_MAX, show_number
+
 NICKNAMES = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -34,8 +36,8 @@ NICKNAMES = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-_EVERY_MS = re.compile(r"@every:(\d+)")
-_EVERY_UNIT = re.compile(r"@every\s+(\d+)\s*([smhd])")
+_EVERY_MS = re.compile(r"@every:([0-9]+)")
+_EVERY_UNIT = re.compile(r"@every\s+([0-9]+)\s*([smhd])")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _CRON_TZ = re.compile(r"CRON_TZ=(\S+)\s+(.*)", re.DOTALL)
 _RANDOM_FIELD = re.compile(r"[hr](\(\d+-\d+\))?(/\d+)?", re.IGNORECASE)
@@ -172,7 +174,7 @@ def parse_schedule(value: object, tz: str = "UTC") -> ParsedSchedule:
     if isinstance(value, bool):
         raise SpecError(f"{value!r} is a bool; give a cron string, '@every 30s', or seconds")
     if isinstance(value, (int, float)):
-        return ParsedSchedule(_interval_from_seconds(float(value)))
+        return ParsedSchedule(_interval_from_seconds(value))
     if isinstance(value, timedelta):
         return ParsedSchedule(_interval_from_seconds(value.total_seconds()))
     if isinstance(value, str):
@@ -185,13 +187,21 @@ def parse_schedule(value: object, tz: str = "UTC") -> ParsedSchedule:
     )
 
 
-def _interval_from_seconds(seconds: float) -> IntervalSpec:
-    if not math.isfinite(seconds):
+def _interval_from_seconds(seconds: int | float) -> IntervalSpec:
+    """An int stays an int (one past the float range is refused, not an OverflowError)."""
+    if isinstance(seconds, float) and not math.isfinite(seconds):
         raise SpecError(f"an interval of {seconds!r} s is not a number; give e.g. 30")
+    if seconds > SECONDS_MAX:
+        raise SpecError(_too_long(f"an interval of {show_number(seconds)} s"))
     every_ms = round(seconds * 1000)
     if every_ms < 1:
-        raise SpecError(f"an interval of {seconds!r} s is not positive; give at least 0.001")
+        shown = show_number(seconds)
+        raise SpecError(f"an interval of {shown} s is not positive; give at least 0.001")
     return IntervalSpec(every_ms)
+
+
+def _too_long(what: str) -> str:
+    return f"{what} is longer than 100 years; give at most {SECONDS_MAX} seconds"
 
 
 def _parse_string(text: str, tz: str) -> ParsedSchedule:
@@ -241,21 +251,34 @@ def _equal_range(field: str) -> bool:
 
 
 def _range_end(text: str) -> str:
-    return str(int(text)) if text.isdigit() else text.lower()
+    """A range end compared as written: leading zeros dropped from ASCII digits (``05`` is
+    ``5``), anything else (names, Unicode digits such as ``²``) lower-cased."""
+    if text.isascii() and text.isdigit():
+        return text.lstrip("0") or "0"
+    return text.lower()
 
 
 def _parse_every(text: str) -> IntervalSpec:
     by_ms = _EVERY_MS.fullmatch(text)
     if by_ms:
-        every_ms = int(by_ms.group(1))
+        every_ms = _whole(by_ms.group(1))
     else:
         by_unit = _EVERY_UNIT.fullmatch(text)
         if not by_unit:
             raise SpecError(f"{text!r} is not an interval; write '@every:<ms>' or '@every 30s'")
-        every_ms = int(by_unit.group(1)) * _UNIT_MS[by_unit.group(2)]
+        every_ms = _whole(by_unit.group(1)) * _UNIT_MS[by_unit.group(2)]
     if every_ms < 1:
         raise SpecError(f"{text!r} is not a positive interval")
+    if every_ms > INTERVAL_MAX_MS:
+        raise SpecError(_too_long(repr(text) if len(text) <= 40 else "the interval"))
     return IntervalSpec(every_ms)
+
+
+def _whole(digits: str) -> int:
+    """ASCII digits as an int; past 30 significant digits (far beyond any bound), a number
+    just over the bound, so that Python's int parsing never meets a megabyte of digits."""
+    significant = digits.lstrip("0")
+    return int(significant or "0") if len(significant) <= 30 else INTERVAL_MAX_MS + 1
 
 
 def spec_to_json(spec: ScheduleSpec) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import difflib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
@@ -21,6 +21,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem, OccurrenceSearchError
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition, MissedPolicy, OverlapPolicy
+from celery_durable_beat.schedules.bounds import (
+    NAME_MAX as NAME_MAX,  # noqa: PLC0414 (mypy strict: an explicit re-export for the Celery edge)
+)
+from celery_durable_beat.schedules.bounds import name_problem, seconds_problem, show_number
 from celery_durable_beat.schedules.occurrences import next_tick
 from celery_durable_beat.schedules.spec import (
     CronSpec,
@@ -29,9 +33,9 @@ from celery_durable_beat.schedules.spec import (
     SpecError,
     parse_schedule,
 )
+from celery_durable_beat.schedules.values import value_problem
+from celery_durable_beat.schedules.window import check_window
 
-NAME_MAX = 200
-"""The longest schedule name (the store's ``name`` column)."""
 RELATIVE_REFUSED = (
     "relative=True is not supported: intervals are aligned to the Unix epoch so tick ids "
     "survive restarts; remove relative"
@@ -55,6 +59,8 @@ EXTRA_KEYS = (
 )
 KNOWN_KEYS = frozenset(STOCK_KEYS + EXTRA_KEYS)
 BACKFILL_RANGE = (1, 1000)
+PAUSE_ON_FAILURE_MAX = 2**31 - 1
+"""The most failures ``pause_on_failure`` counts: what any store or JSON reader holds."""
 _PROBE_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: a cron must fire at least once after it
 
 
@@ -112,8 +118,9 @@ def validate_entry(
     """Validate one entry; raise ConfigError with all of its problems."""
     label = name if isinstance(name, str) else repr(name)
     found = _Collector(label)
-    if not isinstance(name, str) or not name.strip() or len(name) > NAME_MAX:
-        found.add("name", f"the name must be a non-empty string of at most {NAME_MAX} characters")
+    bad_name = name_problem(name)
+    if bad_name is not None:
+        found.add("name", bad_name)
     if not isinstance(entry, Mapping):
         found.add("entry", f"the entry is a {type(entry).__name__}; give a dict")
         raise ConfigError(found.problems)
@@ -155,7 +162,10 @@ def _check_fields(
     values["jitter"] = _check_seconds(entry, "jitter", 0.0, found) or 0.0
     values["enabled"] = _check_bool(entry, "enabled", found)
     values["description"] = _check_description(entry.get("description"), found)
-    values.update(_check_bounds(entry, found))
+    window: list[tuple[str, str]] = []
+    values.update(check_window(entry, values["spec"], window))
+    for field, problem in window:
+        found.add(field, problem)
     values["expires"] = _check_expires(entry, found)
     values["pause_on_failure"] = _check_pause_on_failure(entry.get("pause_on_failure"), found)
     values["require_worker"] = _check_bool(entry, "require_worker", found, default=False)
@@ -225,10 +235,10 @@ def _zone_names() -> dict[str, str]:
 def zone_problem(name: object) -> str | None:
     """Why ``name`` is not an IANA zone, with a suggestion, or None when it is one."""
     if not isinstance(name, str) or not name:
-        return f'tz {name!r} is not an IANA zone name; use e.g. "Europe/Berlin"'
+        return f'tz {show_number(name)} is not an IANA zone name; use e.g. "Europe/Berlin"'
     try:
         ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a folder such as "Europe"
         pass
     else:
         return None
@@ -266,51 +276,11 @@ def _check_mapping(entry: Mapping[str, Any], field: str, found: _Collector) -> d
     return dict(value)
 
 
-_JSON_VALUES = "use strings, numbers, booleans, None, lists and dicts with string keys"
-_FIXES = {
-    "BeatLazyFunc": (
-        "stock beat calls it at each tick; here use the {{scheduled_for}} or "
-        "{{scheduled_for_ms}} placeholder, which beat fills with each tick's planned instant"
-    ),
-    "datetime": (
-        "use an ISO 8601 string, or the {{scheduled_for}} placeholder for the tick's instant"
-    ),
-    "date": "use an ISO 8601 string such as '2026-12-01'",
-}
-"""The replacement a refusal names for what stock beat accepts in args, kwargs and options
-(SPEC §14); anything else gets the list of JSON values."""
-
-
 def _check_json(field: str, value: object, found: _Collector) -> None:
-    bad = _first_non_json(value)
-    if bad is not None:
-        what, kind = bad
-        fix = _FIXES.get(kind, _JSON_VALUES)
-        found.add(field, f"{field} holds {what}, which cannot be stored as JSON; {fix}")
-
-
-def _first_non_json(value: object) -> tuple[str, str] | None:
-    """What in ``value`` is not a JSON value (described, and its type's name), or None."""
-    if value is None or isinstance(value, (str, bool, int)):
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (repr(value), "float")
-    if isinstance(value, (list, tuple)):
-        return next((b for b in map(_first_non_json, value) if b is not None), None)
-    if isinstance(value, Mapping):
-        return _first_non_json_mapping(value)
-    kind = type(value).__name__
-    return f"a {kind}", kind
-
-
-def _first_non_json_mapping(value: Mapping[Any, Any]) -> tuple[str, str] | None:
-    for key, item in value.items():
-        if not isinstance(key, str):
-            return f"the non-string key {key!r}", "key"
-        bad = _first_non_json(item)
-        if bad is not None:
-            return bad
-    return None
+    """JSON values only; ``args`` and ``kwargs`` also within the depth and size bounds."""
+    problem = value_problem(field, value, bounded=field != "options")
+    if problem is not None:
+        found.add(field, problem)
 
 
 def _check_choice(
@@ -321,14 +291,18 @@ def _check_choice(
         return enum(value)
     except ValueError:
         allowed = ", ".join(m.value for m in enum)
-        found.add(field, f'{field} "{value}" is not one of {allowed}')
+        shown = f'"{value}"' if isinstance(value, str) else show_number(value)
+        found.add(field, f"{field} {shown} is not one of {allowed}")
         return default
 
 
 def _check_backfill(value: object, found: _Collector) -> int:
     low, high = BACKFILL_RANGE
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        found.add("backfill_max", f"backfill_max {value!r} is not a whole number in {low}..{high}")
+        found.add(
+            "backfill_max",
+            f"backfill_max {show_number(value)} is not a whole number in {low}..{high}",
+        )
         return 10
     return value
 
@@ -339,15 +313,37 @@ def _check_seconds(
     value = entry.get(field, default)
     if value is None:
         return None
+    number = _number(value)
+    if number is None:
+        found.add(field, f"{field} {show_number(value)} is not a number of seconds")
+        return default
+    if number < 0:
+        found.add(field, f"{field} {show_number(number)} is negative; give seconds >= 0")
+        return default
+    return _within_bound(field, number, default, found)
+
+
+def _number(value: object) -> int | float | None:
+    """A finite number of seconds (a ``timedelta`` read as its seconds), or None. An int is
+    never turned into a float here: one past the float range would raise ``OverflowError``."""
     if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        found.add(field, f"{field} {value!r} is not a number of seconds")
+        return value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _within_bound(
+    field: str, number: int | float, default: float | None, found: _Collector
+) -> float | None:
+    """``number`` as a float when it is at most 100 years (SPEC §2), else ``default``."""
+    too_long = seconds_problem(field, number)
+    if too_long is not None:
+        found.add(field, too_long)
         return default
-    if value < 0:
-        found.add(field, f"{field} {value!r} is negative; give seconds >= 0")
-        return default
-    return float(value)
+    return float(number)
 
 
 def _check_bool(
@@ -355,44 +351,9 @@ def _check_bool(
 ) -> bool:
     value = entry.get(field, default)
     if not isinstance(value, bool):
-        found.add(field, f"{field} {value!r} is not true or false")
+        found.add(field, f"{field} {show_number(value)} is not true or false")
         return default
     return value
-
-
-def _check_bounds(entry: Mapping[str, Any], found: _Collector) -> dict[str, int | None]:
-    """``start_at`` / ``end_at`` as epoch ms; the end must come after the start."""
-    start = _check_instant(entry, "start_at", found)
-    end = _check_instant(entry, "end_at", found)
-    if start is not None and end is not None and end <= start:
-        found.add(
-            "end_at",
-            f"end_at {entry['end_at']!s} is not after start_at {entry['start_at']!s}; "
-            "give an end_at later than start_at",
-        )
-        end = None
-    return {"start_at_ms": start, "end_at_ms": end}
-
-
-def _check_instant(entry: Mapping[str, Any], field: str, found: _Collector) -> int | None:
-    """An aware ``datetime`` or an ISO 8601 text with an offset, as epoch milliseconds."""
-    value = entry.get(field)
-    if value is None:
-        return None
-    example = 'give e.g. "2026-12-01T00:00:00+01:00" or an aware datetime'
-    if isinstance(value, str):
-        try:
-            value = datetime.fromisoformat(value)
-        except ValueError:
-            found.add(field, f"{field} {value!r} is not an ISO 8601 instant; {example}")
-            return None
-    if not isinstance(value, datetime):
-        found.add(field, f"{field} is a {type(value).__name__}; {example}")
-        return None
-    if value.tzinfo is None or value.utcoffset() is None:
-        found.add(field, f"{field} {value.isoformat()} has no UTC offset; {example}")
-        return None
-    return round(value.timestamp() * 1000)
 
 
 def _check_expires(entry: Mapping[str, Any], found: _Collector) -> float | str | None:
@@ -406,24 +367,30 @@ def _check_expires(entry: Mapping[str, Any], found: _Collector) -> float | str |
         return None
     if value == EXPIRES_NEXT_TICK:
         return EXPIRES_NEXT_TICK
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        found.add("expires", f'expires {value!r} is not "next_tick" or a number of seconds')
+    number = _number(value)
+    if number is None:
+        shown = show_number(value)
+        found.add("expires", f'expires {shown} is not "next_tick" or a number of seconds')
         return None
-    if value <= 0:
-        found.add("expires", f"expires {value!r} is not positive; give seconds > 0")
+    if number <= 0:
+        found.add("expires", f"expires {show_number(number)} is not positive; give seconds > 0")
         return None
-    return float(value)
+    return _within_bound("expires", number, None, found)
 
 
 def _check_pause_on_failure(value: object, found: _Collector) -> int | None:
     if value is None:
         return None
+    shown = show_number(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         found.add(
+            "pause_on_failure", f"pause_on_failure {shown} is not a whole number >= 1; give e.g. 3"
+        )
+        return None
+    if value > PAUSE_ON_FAILURE_MAX:
+        found.add(
             "pause_on_failure",
-            f"pause_on_failure {value!r} is not a whole number >= 1; give e.g. 3",
+            f"pause_on_failure {shown} is more than {PAUSE_ON_FAILURE_MAX}; give e.g. 3",
         )
         return None
     return value
