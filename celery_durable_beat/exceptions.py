@@ -129,4 +129,9 @@ class ImportSourceError(DurableBeatError):
 
 
 class InvalidArgument(DurableBeatError, ValueError):
-    """A caller passed a value outside its documented range."""
+    """A caller passed a value outside its documented range; ``field`` names the argument when
+    one is to blame (e.g. ``cursor``), for answers that list problems by field (HTTP 422)."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field

@@ -9,9 +9,11 @@ own zone with its offset (SPEC §5); record times and task ids in UTC, as Flower
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Sequence
 
 from celery_durable_beat.control import views
+from celery_durable_beat.control.shown import seconds_problem
 from celery_durable_beat.ids import format_tick_instant
 
 EMPTY = "-"
@@ -20,7 +22,7 @@ _GAP = "  "
 
 def table(headers: Sequence[str] | None, rows: Sequence[Sequence[object]]) -> list[str]:
     """Columns padded to their widest cell; the last column is not padded (no trailing blanks)."""
-    cells = [[EMPTY if c is None or c == "" else str(c) for c in row] for row in rows]
+    cells = [[EMPTY if c is None or c == "" else printable(str(c)) for c in row] for row in rows]
     if headers is not None:
         cells.insert(0, list(headers))
     if not cells:
@@ -30,6 +32,23 @@ def table(headers: Sequence[str] | None, rows: Sequence[Sequence[object]]) -> li
         _GAP.join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in cells
     ]
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character escaped (``\\n``, ``\\x00``): a stored name with a
+    newline must not start a line of its own in a table (SPEC §2 bounds refuse it; an older
+    version may have stored it)."""
+    if not any(unicodedata.category(char) == "Cc" for char in text):
+        return text
+    return "".join(
+        repr(char)[1:-1] if unicodedata.category(char) == "Cc" else char for char in text
+    )
+
+
+def invalid_lines(view: views.ScheduleView) -> list[str]:
+    """``invalid: start_at: the instant … lies outside the years 1900-9999``, one per field
+    whose stored value could not be shown (``control/shown.py``)."""
+    return [f"invalid: {p.field}: {printable(p.problem)}" for p in view.invalid]
 
 
 def duration_ms(ms: int | None) -> str:
@@ -64,7 +83,10 @@ def schedules_table(views: Sequence[views.ScheduleView]) -> list[str]:
         )
         for v in views
     ]
-    return table(headers, rows)
+    lines = table(headers, rows)
+    for view in views:
+        lines += [f"{printable(view.name)}: {line}" for line in invalid_lines(view)]
+    return lines
 
 
 def schedule_detail(detail: views.ScheduleDetail, ticks: Sequence[views.NextTick]) -> list[str]:
@@ -83,8 +105,8 @@ def schedule_detail(detail: views.ScheduleDetail, ticks: Sequence[views.NextTick
         ("state", _state_text(detail)),
         ("missed", missed if missed != "backfill" else f"backfill (max {detail.backfill_max})"),
         ("overlap", detail.overlap),
-        ("jitter", f"{detail.jitter:g}s"),
-        ("max lateness", EMPTY if d.max_lateness is None else f"{d.max_lateness:g}s"),
+        ("jitter", EMPTY if detail.jitter is None else f"{detail.jitter:g}s"),
+        ("max lateness", _seconds_text(d.max_lateness)),
         ("starts", detail.start_at),
         ("ends", detail.end_at),
         ("expires", _expires_text(detail.expires)),
@@ -105,10 +127,17 @@ def schedule_detail(detail: views.ScheduleDetail, ticks: Sequence[views.NextTick
     rows = [(label, value) for label, value in rows if value is not None or label in _ALWAYS]
     if detail.about:
         rows.insert(1, ("about", detail.about))
-    lines = table(None, rows)
+    lines = table(None, rows) + invalid_lines(detail)
     lines.append("")
     lines.extend(next_ticks_table(ticks, detail.tz, state=detail.state))
     return lines
+
+
+def _seconds_text(value: object) -> str:
+    """A stored number of seconds, ``-`` when unset or not a number ``show`` can print."""
+    if seconds_problem(value) is not None or not isinstance(value, (int, float)):
+        return EMPTY
+    return f"{value:g}s"
 
 
 _ALWAYS = frozenset({"args", "kwargs", "options", "last tick", "next tick"})
@@ -211,7 +240,7 @@ def trigger_line(name: str, result: views.TriggerResult) -> str:
 
 def state_line(verb: str, view: views.ScheduleView) -> str:
     """``paused nightly``; a resume also says when the next tick is."""
-    line = f"{verb} {view.name} (state {view.state})"
+    line = f"{verb} {printable(view.name)} (state {view.state})"
     if view.next_tick:
         line += f"; next tick {view.next_tick}"
     return line

@@ -36,6 +36,13 @@ from celery_durable_beat.backends import (
 from celery_durable_beat.celery_config import app_defaults, translate_entry
 from celery_durable_beat.clock import datetime_to_ms
 from celery_durable_beat.control.details import schedule_detail, upcoming
+from celery_durable_beat.control.lookups import (
+    check_name,
+    config_owned,
+    refuse_archived,
+    refuse_unplannable,
+    shown_of,
+)
 from celery_durable_beat.control.views import (
     EventView,
     HistoryPage,
@@ -55,7 +62,6 @@ from celery_durable_beat.control.views import (
 from celery_durable_beat.exceptions import (
     InvalidArgument,
     PublishFailed,
-    ScheduleConflict,
     ScheduleNotFound,
 )
 from celery_durable_beat.ids import format_tick_instant, manual_task_id, tick_task_id
@@ -70,7 +76,6 @@ from celery_durable_beat.model import (
 )
 from celery_durable_beat.policy import due_ms, first_tick, first_tick_ms
 from celery_durable_beat.publish.base import Publisher
-from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import (
@@ -206,7 +211,7 @@ class DurableBeat:
         self.close()
 
     def _require(self, name: str) -> ScheduleRecord:
-        record = self.store.get(name)
+        record = self.store.get(check_name(name))
         if record is None:
             raise ScheduleNotFound(name)
         return record
@@ -269,15 +274,18 @@ class DurableBeat:
         """
         _check_range("count", count, COUNT_LIMIT)
         record = self._require(name)
-        after_ms = None if after is None else datetime_to_ms(after)
-        ticks = upcoming(record, self.store.now_ms(), count, after_ms)
-        tz = record.definition.tz
-        return [NextTick(t, tick_isoformat(t, tz), tick_task_id(record.name, t)) for t in ticks]
+        after_ms, now = None if after is None else datetime_to_ms(after), self.store.now_ms()
+        shown = shown_of(record)  # a row that cannot be planned has no next ticks (show says why)
+        none: builtins.list[int] = []
+        ticks = shown.planned("next", lambda: upcoming(record, now, count, after_ms), none)
+        texts = [(t, shown.instant("next", t)) for t in ticks]
+        return [NextTick(t, text, tick_task_id(record.name, t)) for t, text in texts if text]
 
     def history(self, name: str, limit: int = 30, cursor: str | None = None) -> HistoryPage:
         """Audit events, newest first, ``limit`` (1..100) per page; readable after ``delete``."""
         _check_range("limit", limit, HISTORY_LIMIT)
         before_id = decode_cursor(cursor) if cursor is not None else None
+        check_name(name)
         store = self.store
         found = store.history(name, limit + 1, before_id)
         if not found and cursor is None and store.get(name) is None:
@@ -357,19 +365,19 @@ class DurableBeat:
         store = self.store
         existing = store.get(name)
         if existing is not None and existing.source is Source.CONFIG:
-            raise _config_owned(existing.name)
+            raise config_owned(existing.name)
         if dry_run:
             return _would_upsert(existing, valid)
         now = store.now_ms()
         result = store.upsert(valid, Source.API, first_tick_ms(valid, now), now)
         if result.status is UpsertOutcome.CONFLICT:  # config sync created it since the read
-            raise _config_owned(result.name)
+            raise config_owned(result.name)
         return UpsertStatus(result.status.value)
 
     def pause(self, name: str) -> ScheduleView:
         """Stop ticking until ``resume``; pausing a paused schedule changes nothing."""
         record = self._require(name)
-        _refuse_archived(record, "pause")
+        refuse_archived(record, "pause")
         if record.state is ScheduleState.PAUSED:
             return schedule_view(record)
         store = self.store
@@ -381,9 +389,10 @@ class DurableBeat:
     def resume(self, name: str) -> ScheduleView:
         """Tick again from the first occurrence after now: the paused window is not replayed."""
         record = self._require(name)
-        _refuse_archived(record, "resume")
+        refuse_archived(record, "resume")
         if record.state is ScheduleState.ACTIVE:
             return schedule_view(record)
+        refuse_unplannable(record, "resume")
         store = self.store
         now = store.now_ms()
         # Never at or before a tick that already fired (a skewed SQLite host clock, say).
@@ -403,7 +412,7 @@ class DurableBeat:
 
     def delete(self, name: str) -> None:
         """Remove the schedule; its history stays readable through ``history``."""
-        if not self.store.delete(name):
+        if not self.store.delete(check_name(name)):
             raise ScheduleNotFound(name)
 
     def trigger(
@@ -420,6 +429,7 @@ class DurableBeat:
         """
         overrides = _check_kwargs(kwargs)
         record = self._require(name)
+        refuse_unplannable(record, "run")
         task_id = manual_task_id(record.name, idempotency_key)
         store = self.store
         if store.find_enqueued(task_id) is not None:
@@ -459,13 +469,6 @@ def _would_upsert(existing: ScheduleRecord | None, valid: Definition) -> UpsertS
     return UpsertStatus(decide_upsert(row, valid, Source.API, None).status.value)
 
 
-def _config_owned(name: str) -> ScheduleConflict:
-    return ScheduleConflict(
-        f'schedule "{name}" comes from beat_schedule (source config); change it '
-        "in the config, or delete it here first to manage it through the API"
-    )
-
-
 def _check_range(label: str, value: object, bounds: Sequence[int]) -> None:
     low, high = bounds
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -484,15 +487,3 @@ def _check_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
             "kwargs must hold only JSON values (strings, numbers, booleans, null, lists, objects)"
         ) from None
     return dict(kwargs)
-
-
-def _refuse_archived(record: ScheduleRecord, verb: str) -> None:
-    if record.state is ScheduleState.ARCHIVED:
-        how = (
-            "declare it in beat_schedule again"
-            if record.source is Source.CONFIG
-            else ("upsert it again")
-        )
-        raise ScheduleConflict(
-            f'cannot {verb} "{record.name}": it is archived; {how} to re-activate it'
-        )

@@ -17,13 +17,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from contextlib import suppress
 
-from celery_durable_beat.control.views import LIST_FIELDS, Overdue, ScheduleDetail, schedule_view
+from celery_durable_beat.control.lookups import shown_of
+from celery_durable_beat.control.shown import INVALID, FieldProblem, Shown
+from celery_durable_beat.control.views import (
+    LIST_FIELDS,
+    Overdue,
+    ScheduleDetail,
+    ScheduleView,
+    schedule_view,
+)
 from celery_durable_beat.exceptions import OccurrenceSearchError
-from celery_durable_beat.model import ScheduleState
+from celery_durable_beat.model import Definition, ScheduleState
 from celery_durable_beat.policy import Plan, plan_schedule, ticks_after
 from celery_durable_beat.redact import redact, redact_options
 from celery_durable_beat.schedules.describe import describe, describe_bounds
-from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.store.base import ScheduleRecord
 
 
@@ -60,16 +67,19 @@ def upcoming(record: ScheduleRecord, now_ms: int, count: int, after_ms: int | No
     return ticks[:count]
 
 
-def overdue_of(record: ScheduleRecord, now_ms: int) -> Overdue | None:
+def overdue_of(record: ScheduleRecord, now_ms: int, shown: Shown) -> Overdue | None:
     """``overdue`` of SPEC §8: ``{since, missed}`` plus the ticks the next round fires."""
     planned = overdue_plan(record, now_ms)
     if planned is None or record.next_tick_ms is None:
         return None
-    tz = record.definition.tz
+    since = shown.instant("overdue", record.next_tick_ms)
+    fires = [shown.instant("overdue", t) for t in planned.fire]
+    if since is None or None in fires:
+        return None
     return Overdue(
-        since=tick_isoformat(record.next_tick_ms, tz),
+        since=since,
         missed=len(planned.fire) + planned.dropped_count,
-        fires=tuple(tick_isoformat(t, tz) for t in planned.fire),
+        fires=tuple(t for t in fires if t is not None),
     )
 
 
@@ -81,17 +91,46 @@ def schedule_detail(
     after_ms: int | None,
     redact_keys: Sequence[str],
 ) -> ScheduleDetail:
-    """The ``show`` object of a stored schedule at the store's ``now_ms``."""
+    """The ``show`` object of a stored schedule at the store's ``now_ms``.
+
+    What is planned from the stored values (``overdue``, ``next``, the words) goes through
+    ``Shown.planned``, so a row whose values cannot be planned still shows (``invalid``).
+    """
     view = schedule_view(record)
     d = record.definition
+    shown = shown_of(record)
+    shown.problems.clear()  # the view named the tz and schedule already
+    overdue = None
+    if after_ms is None:
+        overdue = shown.planned("overdue", lambda: overdue_of(record, now_ms, shown), None)
+    none: list[int] = []
+    ticks = shown.planned("next", lambda: upcoming(record, now_ms, count, after_ms), none)
+    shown_ticks = [shown.instant("next", t) for t in ticks]
     return ScheduleDetail(
         **{name: getattr(view, name) for name in LIST_FIELDS},
-        description=describe(d.spec) + describe_bounds(d.start_at_ms, d.end_at_ms, d.expires, d.tz),
+        description=shown.planned("description", lambda: _words(view, d), INVALID),
         about=d.description,
-        overdue=overdue_of(record, now_ms) if after_ms is None else None,
-        next=tuple(tick_isoformat(t, d.tz) for t in upcoming(record, now_ms, count, after_ms)),
-        args=tuple(redact(list(d.args), redact_keys)),
-        kwargs=redact(dict(d.kwargs), redact_keys),
-        options=redact_options(d.options, redact_keys),
+        overdue=overdue,
+        next=tuple(t for t in shown_ticks if t is not None),
+        args=tuple(redact(list(shown.payload("args", d.args, ())), redact_keys)),
+        kwargs=redact(dict(shown.payload("kwargs", d.kwargs, {})), redact_keys),
+        options=redact_options(shown.payload("options", d.options, {}), redact_keys),
+        invalid=_merged(view.invalid, shown.problems),
         definition=d,
     )
+
+
+def _words(view: ScheduleView, d: Definition) -> str:
+    """The schedule in words, with the bounds only when the view could show them."""
+    hidden = (view.start_at is None and d.start_at_ms is not None) or (
+        view.end_at is None and d.end_at_ms is not None
+    )
+    bounds = "" if hidden else describe_bounds(d.start_at_ms, d.end_at_ms, view.expires, view.tz)
+    return describe(d.spec) + bounds
+
+
+def _merged(
+    first: Sequence[FieldProblem], then: Sequence[FieldProblem]
+) -> tuple[FieldProblem, ...]:
+    """Both lists of problems, each (field, problem) once, in order."""
+    return tuple(dict.fromkeys((*first, *then)))

@@ -15,13 +15,15 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
+from celery_durable_beat.control.shown import INVALID, FieldProblem, Shown, name_problem
 from celery_durable_beat.exceptions import InvalidArgument
 from celery_durable_beat.ids import format_tick_instant
-from celery_durable_beat.model import Definition, ScheduleState
-from celery_durable_beat.schedules.render import tick_isoformat
+from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition, ScheduleState
 from celery_durable_beat.store.base import ScheduleRecord, StoredEvent
 
 _CURSOR_PREFIX = "h1."
+_LAST_EVENT_ID = 2**63 - 1
+"""The largest id an audit record can have (a BIGINT column)."""
 
 
 class UpsertStatus(str, Enum):
@@ -53,9 +55,11 @@ class ScheduleView:
     schedule: str
     tz: str
     missed: str
-    backfill_max: int
+    backfill_max: int | None
+    """None only when the stored definition cannot be read (``invalid`` names it)."""
     overlap: str
-    jitter: float
+    jitter: float | None
+    """None only when the stored value cannot be shown (``invalid`` names it)."""
     state: str
     version: int
     source: str
@@ -72,13 +76,25 @@ class ScheduleView:
     """Why a paused schedule is paused: ``operator``, ``disabled`` or ``failures``."""
     buffered_tick: str | None
     """``buffer_one``: the tick waiting for the previous run to end (in the schedule's zone)."""
+    invalid: tuple[FieldProblem, ...]
+    """The stored values that cannot be shown (``control/shown.py``); each field named here
+    holds a stand-in. Serialised as ``invalid`` only when not empty."""
     definition: Definition = field(repr=False, compare=False)
+    """The stored definition; a stand-in never to plan from when ``invalid`` names
+    ``definition`` (the stored one cannot be read)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in LIST_FIELDS}
+        return _with_invalid({name: getattr(self, name) for name in LIST_FIELDS}, self.invalid)
 
 
-LIST_FIELDS = tuple(f.name for f in fields(ScheduleView) if f.name != "definition")
+LIST_FIELDS = tuple(f.name for f in fields(ScheduleView) if f.name not in ("definition", "invalid"))
+
+
+def _with_invalid(body: dict[str, Any], invalid: tuple[FieldProblem, ...]) -> dict[str, Any]:
+    """``body`` plus ``invalid`` when some stored value could not be shown."""
+    if invalid:
+        body["invalid"] = [problem.to_json() for problem in invalid]
+    return body
 
 
 @dataclass(frozen=True)
@@ -127,7 +143,7 @@ class ScheduleDetail(ScheduleView):
     options: Mapping[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        body = {
             **{name: getattr(self, name) for name in LIST_FIELDS},
             "description": self.description,
             "about": self.about,
@@ -137,6 +153,7 @@ class ScheduleDetail(ScheduleView):
             "kwargs": dict(self.kwargs),
             "options": dict(self.options),
         }
+        return _with_invalid(body, self.invalid)
 
 
 DETAIL_FIELDS = (
@@ -248,39 +265,62 @@ class StatusView:
 
 
 def schedule_view(record: ScheduleRecord) -> ScheduleView:
-    """The list item of a stored schedule; only an active schedule has a next tick."""
+    """The list item of a stored schedule; only an active schedule has a next tick.
+
+    Every stored value goes through ``Shown``: one that cannot be shown is named in
+    ``invalid`` and replaced by a stand-in, so one bad row never fails a read.
+    """
     d = record.definition
-    active = record.state is ScheduleState.ACTIVE
-    next_ms = record.next_tick_ms if active else None
+    readable = record.unreadable is None
+    shown = Shown(d.tz if readable else "UTC", d.spec if readable else None)
+    if not readable:
+        shown.add("definition", record.unreadable or "")
+    name_error = name_problem(record.name)
+    if name_error is not None:
+        shown.add("name", name_error)
+    next_ms = record.next_tick_ms if record.state is ScheduleState.ACTIVE else None
+    next_tick = shown.instant("next_tick", next_ms)
     return ScheduleView(
         name=record.name,
-        task=d.task,
-        schedule=d.spec.text(),
-        tz=d.tz,
-        missed=d.missed.value,
-        backfill_max=d.backfill_max,
-        overlap=d.overlap.value,
-        jitter=d.jitter,
+        task=shown.text("task", d.task) if readable else INVALID,
+        schedule=_spec_text(d) if readable else INVALID,
+        tz=shown.zone,  # the zone the instants are shown in: UTC when the stored one is not one
+        missed=d.missed.value if readable else INVALID,
+        backfill_max=d.backfill_max if readable else None,
+        overlap=d.overlap.value if readable else INVALID,
+        jitter=shown.seconds("jitter", d.jitter) if readable else None,
         state=record.state.value,
         version=record.version,
         source=record.source.value,
-        next_tick=None if next_ms is None else tick_isoformat(next_ms, d.tz),
-        next_tick_ms=next_ms,
+        next_tick=next_tick,
+        next_tick_ms=None if next_tick is None else next_ms,
         last_tick_ms=record.last_tick_ms,
         last_outcome=None if record.last_outcome is None else record.last_outcome.value,
-        start_at=_instant(d.start_at_ms, d.tz),
-        end_at=_instant(d.end_at_ms, d.tz),
-        expires=d.expires,
+        start_at=shown.instant("start_at", d.start_at_ms),
+        end_at=shown.instant("end_at", d.end_at_ms),
+        expires=_expires(shown, d.expires),
         pause_on_failure=d.pause_on_failure,
         require_worker=d.require_worker or None,
         state_reason=None if record.state_reason is None else record.state_reason.value,
-        buffered_tick=_instant(record.buffered_tick_ms, d.tz),
+        buffered_tick=shown.instant("buffered_tick", record.buffered_tick_ms),
+        invalid=tuple(shown.problems),
         definition=d,
     )
 
 
-def _instant(ms: int | None, tz: str) -> str | None:
-    return None if ms is None else tick_isoformat(ms, tz)
+def _spec_text(d: Definition) -> str:
+    """The schedule as written (``spec.text()``), or ``INVALID`` when its fields are not text."""
+    try:
+        return d.spec.text()
+    except TypeError:  # a cron field stored as a number: ``Shown`` names the schedule already
+        return INVALID
+
+
+def _expires(shown: Shown, expires: object) -> float | str | None:
+    if expires == EXPIRES_NEXT_TICK:
+        return EXPIRES_NEXT_TICK
+    seconds: float | None = shown.seconds("expires", expires)
+    return seconds
 
 
 def event_view(event: StoredEvent) -> EventView:
@@ -306,6 +346,8 @@ def encode_cursor(event_id: int) -> str:
 
 
 def decode_cursor(cursor: str) -> int:
+    """The event id of a cursor ``encode_cursor`` gave out; anything else is refused as invalid
+    input naming ``cursor`` (never sent to the store: an id past BIGINT would fail there)."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         if not raw.startswith(_CURSOR_PREFIX):
@@ -313,8 +355,9 @@ def decode_cursor(cursor: str) -> int:
         event_id = int(raw[len(_CURSOR_PREFIX) :])
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise InvalidArgument(
-            f"cursor {cursor!r} is not one history gave out; start again without a cursor"
+            f"cursor {cursor!r} is not one history gave out; start again without a cursor",
+            field="cursor",
         ) from None
-    if event_id < 1:
-        raise InvalidArgument(f"cursor {cursor!r} is out of range")
+    if not 1 <= event_id <= _LAST_EVENT_ID:
+        raise InvalidArgument(f"cursor {cursor!r} is out of range", field="cursor")
     return event_id

@@ -84,6 +84,11 @@ class ScheduleRecord:
     updated_at_ms: int
     state_reason: StateReason | None = None
     buffered_tick_ms: int | None = None
+    unreadable: str | None = None
+    """Why the stored definition cannot be read (hand-edited or written by another version),
+    else None. Then ``definition`` is a stand-in (``rules.UNREADABLE_TASK``, never enabled) that
+    must not be planned or published: the control API shows the row as invalid and refuses to
+    resume or trigger it, so one such row never breaks a read of the others."""
 
 
 @dataclass(frozen=True)

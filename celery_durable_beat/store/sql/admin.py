@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import and_, case, delete, func, select, update
+from sqlalchemy import Text, and_, case, cast, delete, func, select, update
 from sqlalchemy.engine import Connection, Row
 
 from celery_durable_beat.exceptions import ScheduleNotFound
@@ -24,6 +24,7 @@ from celery_durable_beat.model import (
     StateReason,
     Trigger,
 )
+from celery_durable_beat.store.decode import decode_definition
 from celery_durable_beat.store.rules import (
     NO_TICK,
     check_at_least,
@@ -48,11 +49,21 @@ from celery_durable_beat.store.values import (
 )
 
 
+def _records() -> Any:
+    """Whole schedule rows with the definition as its stored text, decoded by ``to_record``:
+    a definition the driver could not decode (nested too deeply, say) would fail the fetch of
+    every row with it."""
+    columns = [c for c in schedules.c if c.name != "definition"]
+    return select(*columns, cast(schedules.c.definition, Text()).label("definition"))
+
+
 def to_record(row: Row[Any]) -> ScheduleRecord:
+    """A row of ``_records()``; an unreadable definition is kept as ``unreadable``."""
+    definition, unreadable = decode_definition(row.name, row.definition)
     return ScheduleRecord(
         id=row.id,
         name=row.name,
-        definition=Definition.from_json(row.name, row.definition),
+        definition=definition,
         definition_hash=row.definition_hash,
         version=row.version,
         source=Source(row.source),
@@ -66,16 +77,17 @@ def to_record(row: Row[Any]) -> ScheduleRecord:
         updated_at_ms=row.updated_at_ms,
         state_reason=None if row.state_reason is None else StateReason(row.state_reason),
         buffered_tick_ms=row.buffered_tick_ms,
+        unreadable=unreadable,
     )
 
 
 def get(conn: Connection, name: str) -> ScheduleRecord | None:
-    row = conn.execute(select(schedules).where(schedules.c.name_key == name_key(name))).first()
+    row = conn.execute(_records().where(schedules.c.name_key == name_key(name))).first()
     return None if row is None else to_record(row)
 
 
 def list_schedules(conn: Connection) -> list[ScheduleRecord]:
-    rows = conn.execute(select(schedules).order_by(schedules.c.name_key, schedules.c.id))
+    rows = conn.execute(_records().order_by(schedules.c.name_key, schedules.c.id))
     return [to_record(row) for row in rows]
 
 
@@ -90,7 +102,7 @@ def page_schedules(
         where.append(schedules.c.state == state.value)
     matched = conn.execute(select(func.count()).select_from(schedules).where(*where)).scalar()
     rows = conn.execute(
-        select(schedules)
+        _records()
         .where(*where)
         .order_by(schedules.c.name_key, schedules.c.id)
         .offset(offset)

@@ -1,0 +1,234 @@
+"""Stored values turned into shown ones, where a value that cannot be shown is said, not raised.
+
+SPEC §2 bounds what validation accepts, so nothing it accepts fails a read; but a store may hold
+rows written by hand or by an older version: an instant in year 20000, a zone that is not one,
+a cron that no longer parses, args nested a thousand deep, a name with a newline. Every read
+surface (``list``, ``show``, ``next``, ``history``, the console, the API) goes through the
+control views, and the views turn stored values into shown ones only through :class:`Shown`.
+It catches the few errors such a value raises (``OverflowError``, ``ValueError``, zoneinfo's,
+``OSError`` from a zone lookup that meets a tzdata folder) at that one place and records a
+:class:`FieldProblem` naming the field, so the row shows that field as invalid and everything
+else still answers.
+
+The shape (``docs/operations.md``, "Rows that cannot be shown"): a view whose stored values
+are all showable is unchanged; otherwise its ``to_json()`` has ``"invalid": [{"field",
+"problem"}, …]`` and each field named there holds a stand-in (``INVALID`` for text, null,
+or an empty list or object), never a value to act on. Two exceptions: ``name`` keeps the
+stored name, the row's identity, and ``tz`` holds the zone the instants are shown in (UTC when
+the stored one is not a zone; the problem quotes the stored one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import unicodedata
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from zoneinfo import ZoneInfoNotFoundError
+
+from croniter import croniter
+
+from celery_durable_beat.exceptions import OccurrenceSearchError
+from celery_durable_beat.schedules.dst import zone
+from celery_durable_beat.schedules.render import tick_isoformat
+from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, ScheduleSpec
+
+T = TypeVar("T")
+
+INVALID = "<invalid>"
+"""What a text field holds when its stored value cannot be shown (``invalid`` says why)."""
+NAME_MAX = 200
+"""Longest schedule name (SPEC §2; the store's column width)."""
+FIRST_MS = -2_208_988_800_000
+"""1900-01-01T00:00:00Z: no instant before it is shown (SPEC §2 bounds)."""
+END_MS = 253_402_300_800_000
+"""10000-01-01T00:00:00Z: no instant at or after it is shown (SPEC §2 bounds)."""
+MAX_SECONDS = 36_525 * 86_400
+"""100 years, the largest number of seconds a definition holds (SPEC §2 bounds)."""
+MAX_DEPTH = 32
+"""Deepest nesting of args, kwargs and options shown (SPEC §2 bounds)."""
+MAX_BYTES = 64 * 1024
+"""Largest serialised args, kwargs or options shown (SPEC §2 bounds)."""
+
+PLAN_ERRORS = (
+    OverflowError,
+    ValueError,
+    OSError,
+    ZoneInfoNotFoundError,
+    OccurrenceSearchError,
+)
+"""What planning a stored schedule raises when a stored value is outside what it can compute:
+an instant past ``datetime``'s years (``OverflowError``), a cron croniter refuses
+(``ValueError``), a zone that is a tzdata folder (``OSError``) or none at all."""
+
+
+@dataclass(frozen=True)
+class FieldProblem:
+    """One field of a stored row that cannot be shown, and why (an ``invalid`` entry)."""
+
+    field: str
+    problem: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"field": self.field, "problem": self.problem}
+
+
+def name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a schedule's name (SPEC §2 bounds), or None when it can be."""
+    if not isinstance(name, str) or not name:
+        return "the name is empty"
+    if len(name) > NAME_MAX:
+        return f"the name has {len(name)} characters; at most {NAME_MAX}"
+    if any(unicodedata.category(char) == "Cc" for char in name):
+        return "the name holds a control character (such as NUL, a newline or a tab)"
+    return None
+
+
+def zone_problem(tz: object) -> str | None:
+    """Why ``tz`` is not a time zone this host can read, or None when it is."""
+    if not isinstance(tz, str):
+        return f"the zone {tz!r} is not text"
+    try:
+        zone(tz)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return f"{tz!r} is not an IANA time zone"
+    return None
+
+
+def spec_problem(spec: ScheduleSpec) -> str | None:
+    """Why a stored schedule spec cannot be planned, or None when it can be."""
+    if isinstance(spec, IntervalSpec):
+        every = spec.every_ms
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            return f"the interval {every!r} ms is not a positive whole number"
+        if every > MAX_SECONDS * 1000:
+            return f"the interval of {every} ms is over 100 years"
+        return None
+    return _cron_problem(spec)
+
+
+def _cron_problem(spec: CronSpec) -> str | None:
+    fields = spec.fields
+    if len(fields) not in (5, 6) or not all(isinstance(f, str) for f in fields):
+        return "the stored cron does not have 5 or 6 text fields"
+    if not croniter.is_valid(" ".join(fields), second_at_beginning=len(fields) == 6):
+        return f"{' '.join(fields)!r} is not a valid cron expression"
+    return None
+
+
+def payload_problem(value: object) -> str | None:
+    """Why stored args, kwargs or options cannot be shown, or None when they can be.
+
+    The depth is measured without recursion, before anything walks the value recursively
+    (redaction, JSON encoding), so a value nested a thousand deep costs no ``RecursionError``.
+    """
+    if _depth(value) > MAX_DEPTH:
+        return f"nested more than {MAX_DEPTH} levels deep"
+    try:
+        size = len(json.dumps(value, allow_nan=False).encode())
+    except (TypeError, ValueError):
+        return "holds a value that is not JSON (such as NaN or infinity)"
+    if size > MAX_BYTES:
+        return f"{size} bytes as JSON; at most {MAX_BYTES}"
+    return None
+
+
+def _depth(value: object) -> int:
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: list[Any] = list(item.values())
+        elif isinstance(item, (list, tuple)):
+            children = list(item)
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH:
+            break
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def seconds_problem(value: object) -> str | None:
+    """Why a stored number of seconds cannot be shown, or None when it can be."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{value!r} is not a number of seconds"
+    if not math.isfinite(value) or not 0 <= value <= MAX_SECONDS:
+        return f"{value!r} s is not a number from 0 to 100 years"
+    return None
+
+
+class Shown:
+    """The shown values of one stored row, and the problems met making them.
+
+    ``tz`` is the stored zone; when it is not one, instants are shown in UTC (their offset says
+    so) and ``plannable`` is False, like for a spec that cannot be planned.
+    """
+
+    def __init__(self, tz: object, spec: ScheduleSpec | None) -> None:
+        self.problems: list[FieldProblem] = []
+        tz_problem = zone_problem(tz)
+        if tz_problem is not None:
+            self.add("tz", tz_problem)
+        self.zone = "UTC" if tz_problem is not None or not isinstance(tz, str) else tz
+        spec_error = None if spec is None else spec_problem(spec)
+        if spec_error is not None:
+            self.add("schedule", spec_error)
+        self.plannable = spec is not None and tz_problem is None and spec_error is None
+
+    def add(self, field: str, problem: str) -> None:
+        self.problems.append(FieldProblem(field, problem))
+
+    def instant(self, field: str, ms: object) -> str | None:
+        """``ms`` in the row's zone, ISO 8601; None (and a problem) when it cannot be shown."""
+        if ms is None:
+            return None
+        if isinstance(ms, bool) or not isinstance(ms, int):
+            self.add(field, f"{ms!r} is not an instant in epoch milliseconds")
+            return None
+        if not FIRST_MS <= ms < END_MS:
+            self.add(field, f"the instant {ms} ms lies outside the years 1900-9999")
+            return None
+        try:
+            return tick_isoformat(ms, self.zone)
+        except (OverflowError, ValueError):
+            self.add(field, f"the instant {ms} ms cannot be shown in {self.zone}")
+            return None
+
+    def seconds(self, field: str, value: object) -> Any:
+        """A stored number of seconds as it is, or None (and a problem) when it is not one."""
+        problem = None if value is None else seconds_problem(value)
+        if problem is not None:
+            self.add(field, problem)
+            return None
+        return value
+
+    def payload(self, field: str, value: T, empty: T) -> T:
+        """Stored args, kwargs or options as they are, or ``empty`` (and a problem)."""
+        problem = payload_problem(value)
+        if problem is not None:
+            self.add(field, f"the stored {field} are {problem}")
+            return empty
+        return value
+
+    def text(self, field: str, value: object) -> str:
+        """A stored text as it is, or ``INVALID`` (and a problem) when it is not text."""
+        if isinstance(value, str):
+            return value
+        self.add(field, f"{type(value).__name__} is not text")
+        return INVALID
+
+    def planned(self, field: str, compute: Callable[[], T], fallback: T) -> T:
+        """What ``compute`` plans from the stored schedule, or ``fallback`` (and a problem)
+        when the stored values cannot be planned."""
+        if not self.plannable:
+            self.add(field, "not computed: the stored schedule or tz is invalid")
+            return fallback
+        try:
+            return compute()
+        except PLAN_ERRORS as exc:
+            self.add(field, f"cannot be computed from the stored values ({type(exc).__name__})")
+            return fallback
