@@ -1,8 +1,10 @@
 """The control API's refusals before and after it reads a schedule, kept out of ``api.py``.
 
-- **A name that cannot exist is not looked up.** A name outside SPEC §2's bounds (empty, over
-  200 characters, a control character such as NUL) is "not found" without a query: PostgreSQL
-  refuses NUL in text outright, and no schedule can hold such a name.
+- **A name that cannot be stored is not looked up.** An empty name, one longer than the store's
+  column (200 characters) or one holding NUL (PostgreSQL refuses NUL in text outright) is "not
+  found" without a query. Other names outside SPEC §2's bounds (a newline, a tab) are looked up:
+  validation refuses them now, but a row an older version stored must still be shown, paused,
+  archived and deleted.
 - **A row that cannot be planned is not resumed or run.** Its stored definition cannot be read,
   or its schedule or zone cannot be planned (``control/shown.py``): resuming or triggering it
   would plan from a stand-in, so the answer is a conflict that says how to repair it.
@@ -10,15 +12,15 @@
 
 from __future__ import annotations
 
-from celery_durable_beat.control.shown import Shown, name_problem
+from celery_durable_beat.control.shown import NAME_MAX, Shown
 from celery_durable_beat.exceptions import ScheduleConflict, ScheduleNotFound
 from celery_durable_beat.model import ScheduleState, Source
 from celery_durable_beat.store.base import ScheduleRecord
 
 
 def check_name(name: str) -> str:
-    """``name`` when a schedule could have it; else ``ScheduleNotFound``, nothing queried."""
-    if name_problem(name) is not None:
+    """``name`` when a row could hold it; else ``ScheduleNotFound``, nothing queried."""
+    if not name or len(name) > NAME_MAX or "\x00" in name:
         raise ScheduleNotFound(name)
     return name
 

@@ -31,6 +31,7 @@ from zoneinfo import ZoneInfoNotFoundError
 from croniter import croniter
 
 from celery_durable_beat.exceptions import OccurrenceSearchError
+from celery_durable_beat.schedules import bounds
 from celery_durable_beat.schedules.dst import zone
 from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, ScheduleSpec
@@ -39,18 +40,16 @@ T = TypeVar("T")
 
 INVALID = "<invalid>"
 """What a text field holds when its stored value cannot be shown (``invalid`` says why)."""
-NAME_MAX = 200
-"""Longest schedule name (SPEC §2; the store's column width)."""
-FIRST_MS = -2_208_988_800_000
+NAME_MAX = bounds.NAME_MAX
+FIRST_MS = bounds.FIRST_MS
 """1900-01-01T00:00:00Z: no instant before it is shown (SPEC §2 bounds)."""
-END_MS = 253_402_300_800_000
+END_MS = bounds.LAST_MS + 1
 """10000-01-01T00:00:00Z: no instant at or after it is shown (SPEC §2 bounds)."""
-MAX_SECONDS = 36_525 * 86_400
-"""100 years, the largest number of seconds a definition holds (SPEC §2 bounds)."""
-MAX_DEPTH = 32
-"""Deepest nesting of args, kwargs and options shown (SPEC §2 bounds)."""
-MAX_BYTES = 64 * 1024
-"""Largest serialised args, kwargs or options shown (SPEC §2 bounds)."""
+MAX_SECONDS = bounds.SECONDS_MAX
+MAX_DEPTH = bounds.ARGS_DEPTH_MAX
+MAX_BYTES = bounds.ARGS_BYTES_MAX
+"""The bounds validation holds definitions to (``schedules/bounds.py``): a stored value past
+them is shown as invalid."""
 
 PLAN_ERRORS = (
     OverflowError,

@@ -20,6 +20,7 @@ from sqlalchemy import JSON, Text, cast, create_engine, type_coerce, update
 
 from celery_durable_beat import DurableBeat
 from celery_durable_beat.exceptions import InvalidArgument, ScheduleConflict, ScheduleNotFound
+from celery_durable_beat.ids import name_key
 from celery_durable_beat.store.tables import schedules
 from celery_durable_beat.web import create_app
 from tests.integration.test_cli import Project, make_project
@@ -100,7 +101,9 @@ def spoil(url: str, beat: DurableBeat) -> None:
             .values(definition=_raw_json(text, conn.dialect.name))
         )
         conn.execute(
-            update(schedules).where(schedules.c.name == "new-line").values(name="new\nline")
+            update(schedules)
+            .where(schedules.c.name == "new-line")
+            .values(name="new\nline", name_key=name_key("new\nline"))
         )
     engine.dispose()
 
@@ -163,9 +166,14 @@ def test_pause_archive_and_delete_work_and_resume_is_a_conflict(beat: DurableBea
         with pytest.raises(ScheduleNotFound):
             beat.get(name)
     assert [view.name for view in beat.list()] == ["good", "new\nline"]
+    # A name validation refuses today, stored by an older version: still reachable by name.
+    assert beat.get("new\nline").name == "new\nline"
+    assert beat.pause("new\nline").state == "paused"
+    beat.delete("new\nline")
+    assert [view.name for view in beat.list()] == ["good"]
 
 
-@pytest.mark.parametrize("name", ["nul\x00name", "", "x" * 201, "tab\there", "new\nline"])
+@pytest.mark.parametrize("name", ["nul\x00name", "", "x" * 201])
 def test_names_that_cannot_exist_are_not_found_without_a_query(
     beat: DurableBeat, name: str
 ) -> None:
