@@ -196,6 +196,7 @@ def schedules(request: Request, q: str = "", state: str = "", page: int = 1) -> 
         return _to_login()
     beat: DurableBeat = request.app.state.beat
     wanted = state if state in STATES else None
+    q = q.replace("\x00", "")  # no name holds a NUL, and PostgreSQL refuses one in a query
     page = min(max(page, 1), LAST_PAGE)
     found = beat.page(q.strip(), wanted, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
     pages = max(1, -(-found.matched // PAGE_SIZE))

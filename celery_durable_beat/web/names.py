@@ -17,9 +17,10 @@ ACTION_SUFFIXES = ("pause", "resume", "trigger", "archive", "enqueue-events")
 
 
 class AnyName(Convertor[str]):
-    """Any non-empty text, ``/`` and newlines included: the name before an action suffix."""
+    """Any non-empty text, ``/`` and newlines included, but no NUL (no store can hold one:
+    PostgreSQL refuses it in text), so such a path is an unknown route (404), not a failure."""
 
-    regex = r"(?s:.+)"
+    regex = r"(?s:[^\x00]+)"
 
     def convert(self, value: str) -> str:
         return value
@@ -31,7 +32,7 @@ class AnyName(Convertor[str]):
 class ScheduleName(AnyName):
     """Any non-empty text that does not end in ``/<action>``: the bare schedule routes."""
 
-    regex = r"(?s:(?!.*/(?:" + "|".join(ACTION_SUFFIXES) + r")\Z).+)"
+    regex = r"(?s:(?!.*/(?:" + "|".join(ACTION_SUFFIXES) + r")\Z)[^\x00]+)"
 
 
 def register_convertors() -> None:

@@ -145,6 +145,13 @@ def test_a_name_with_a_newline_can_be_shown_and_paused(client: Http) -> None:
 
 
 # -- 3. tampering -----------------------------------------------------------------------------
+def test_a_nul_in_a_name_or_filter_is_refused_not_a_failure(client: Http) -> None:
+    refused(client.get("/api/v1/schedules/a%00b", headers=bearer(VIEWER)), 404, "not_found")
+    refused(client.post("/api/v1/schedules/a%00b/pause", headers=bearer(ADMIN)), 404, "not_found")
+    session = sign_in(client, VIEWER)
+    assert client.get("/", params={"q": "a\x00"}, headers=jar(session)).status_code == 200
+
+
 def test_a_huge_page_number_shows_the_last_page(client: Http) -> None:
     session = sign_in(client, VIEWER)
     for page in (str(10**20), str(-(10**20)), "0"):
