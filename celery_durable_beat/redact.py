@@ -9,14 +9,21 @@ one surface is hidden on all of them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 MASK = "***"
 """What a redacted value is shown as."""
 
-DEFAULT_KEYS = ("password", "secret", "token", "key")
-"""SPEC §2's default for ``durable_beat_redact``: what is hidden when nothing is configured."""
+DEFAULT_KEYS = ("password", "passwd", "secret", "token", "key", "authorization")
+"""SPEC §2's default for ``durable_beat_redact`` (``password``, ``secret``, ``token``, ``key``),
+plus ``passwd`` (PostgreSQL's and Unix's spelling) and ``authorization`` (an HTTP header kept in
+kwargs): what is hidden when nothing is configured."""
+
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/:@]*:)[^\s/@]+@")
+"""The password of a URL with credentials (``postgresql://user:secret@host/db``), anywhere in a
+string value: a DSN passed as a plain kwarg (``dsn=``, ``url=``) is a secret whatever its key."""
 
 
 def redact(value: Any, needles: Iterable[str]) -> Any:
@@ -24,7 +31,8 @@ def redact(value: Any, needles: Iterable[str]) -> Any:
     with a key containing any needle, case-insensitively, hold ``MASK`` instead of their value.
 
     Keys are matched as text, so a non-string key is compared by its ``str``; sequences are
-    walked too, since a secret inside a list of dicts is still a secret.
+    walked too, since a secret inside a list of dicts is still a secret. Every string value
+    has the password of a URL in it masked (``user:***@host``), whatever its key.
     """
     lowered = tuple(n.lower() for n in needles if n)
     return _walk(value, lowered)
@@ -84,6 +92,8 @@ def _walk(value: Any, needles: tuple[str, ...]) -> Any:
         }
     if isinstance(value, (list, tuple)):
         return [_walk(item, needles) for item in value]
+    if isinstance(value, str) and "@" in value:
+        return _URL_PASSWORD.sub(rf"\1{MASK}@", value)
     return value
 
 

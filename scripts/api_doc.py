@@ -22,10 +22,11 @@ DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"
 INTRO = """\
 # HTTP API
 
-`celery -A proj durable-beat serve [--host 127.0.0.1] [--port 8088]` (the `web` extra) serves
-this JSON API under `/api/v1`, its OpenAPI 3 document at `/api/v1/openapi.json`, `/healthz`,
-`/metrics` and the [web console](console.md) at `/`. It goes through `DurableBeat` like the CLI:
-each answer is exactly what the matching CLI verb prints with `--json` (SPEC §8, §9).
+`celery -A proj durable-beat serve [--host 127.0.0.1] [--port 8088]
+[--forwarded-allow-ips ADDRESSES]` (the `web` extra) serves this JSON API under `/api/v1`, its
+OpenAPI 3 document at `/api/v1/openapi.json`, `/healthz`, `/metrics` and the
+[web console](console.md) at `/`. It goes through `DurableBeat` like the CLI: each answer is
+exactly what the matching CLI verb prints with `--json` (SPEC §8, §9).
 
 This page is generated from the OpenAPI document by `scripts/api_doc.py`; a test fails when
 the two differ.
@@ -35,32 +36,62 @@ the two differ.
 Send `Authorization: Bearer <token>`. Tokens and their roles come from
 `durable_beat_api_tokens` (`{"<token>": "viewer"|"operator"|"admin"}`) or the environment
 variable `DURABLE_BEAT_API_TOKENS=admin:<token>,viewer:<token>`, which wins. `serve` refuses to
-start without a token. Tokens are compared in constant time, read only from the header (a
-`?token=` in the URL is ignored) and never logged: the access log drops query strings.
+start (exit 2, naming the setting) without a token, or with one shorter than 16 characters:
+make them with `python -c 'import secrets; print(secrets.token_urlsafe(24))'`. Tokens are
+compared in constant time, read only from the header (a `?token=` in the URL is ignored) and
+never logged: the access log drops query strings.
 
 Roles are cumulative: `viewer` reads; `operator` also pauses, resumes and runs now; `admin` also
 creates, changes, archives and deletes. No or an unknown token is `401` with
-`WWW-Authenticate: Bearer`; a role too weak is `403`.
+`WWW-Authenticate: Bearer`; a role too weak is `403`. The caller is judged before the request:
+a request without a valid token is `401` whatever its body (never `400` or `422`).
 
 ## Errors
 
-Every error is `{"error": {"code": ..., "message": ...}}`; `invalid` adds
-`"problems": [{"field": ..., "problem": ...}]`, one per problem.
+Every error, the server's own included (unknown path, wrong method, unreadable body), is
+`{"error": {"code": ..., "message": ...}}`; `invalid` adds
+`"problems": [{"field": ..., "problem": ...}]`, one per problem. Every answer, errors
+included, carries the security headers (`Content-Security-Policy`, `X-Content-Type-Options:
+nosniff`, `Referrer-Policy: same-origin`, `X-Frame-Options: DENY`) and `Cache-Control:
+no-store`. No input makes `serve` answer `500` (`internal` is kept for a bug: its traceback
+goes to the server's log, never to the client).
 
 | status | code | when |
 |---|---|---|
+| 400 | `invalid` | the body is not JSON (or not UTF-8) |
 | 401 | `unauthorized` | no token, or one not configured |
 | 403 | `forbidden` | the token's role may not do this |
-| 404 | `not_found` | no schedule by that name |
+| 404 | `not_found` | no schedule by that name, or no such path |
+| 405 | `method_not_allowed` | the path does not take the method; `Allow` lists all it takes |
 | 409 | `conflict` | config owns the name (PUT, DELETE), or it is archived (pause, resume) |
 | 413 | `too_large` | a request body over 1 MiB |
-| 422 | `invalid` | a bad body or query (each problem of a definition, `limit` not 1..100) |
-| 503 | `unavailable` | the store does not answer, or the broker refused a manual run |
+| 422 | `invalid` | a bad body or query (each problem, `limit` not 1..100), a reused key |
+| 503 | `store_unavailable` | the store does not answer (`serve` stays up meanwhile) |
+| 503 | `broker_unavailable` | the broker refused a manual run |
+| 503 | `lease_unavailable` | `status` could not read the Redis lease |
 
-Names may hold any character: URL-encode them (`reports%2Fdaily%20%C3%BC`).
+Names may hold any character, `/` and newlines included: URL-encode them
+(`reports%2Fdaily%20%C3%BC`). A path ending in `/pause`, `/resume`, `/trigger`, `/archive` or
+`/enqueue-events` is always that action (validation refuses names ending so), so
+`PUT /api/v1/schedules/nightly/pause` is `405` with `Allow: POST`, never a schedule named
+`nightly/pause`.
 
-`GET /healthz` needs no token: `200 {"status": "ok"}` when the store answers, `503` otherwise.
+A manual run's `Idempotency-Key` replays the first run (`200 {"created": false}`) only with the
+same body; with other `kwargs` it is `422 invalid`. `serve` remembers each key's body for its
+own life (the newest 10,000 keys): after a restart a reused key replays the first run.
+
+`GET /healthz` needs no token: `200 {"status": "ok"}` when the store answers, `503` (with
+`"error": {"code": "store_unavailable"}`) otherwise. `serve` starts while the store is down,
+and every request tries it again, so no restart is needed when it comes back.
 `GET /metrics` is Prometheus text (docs/metrics.md), also without a token: it carries no names.
+
+## Behind a reverse proxy
+
+`serve` believes no `X-Forwarded-*` header unless told which proxies send them:
+`serve --forwarded-allow-ips 10.0.0.5` (comma-separated addresses, or `*` when only the proxy
+can reach `serve`) turns on uvicorn's proxy headers for those addresses. The console's cookie is
+then `Secure` when the proxy says the browser came over HTTPS (`X-Forwarded-Proto: https`), and
+sign-in throttling counts the browser's address (`X-Forwarded-For`), not the proxy's.
 
 ## Endpoints
 """
@@ -69,7 +100,7 @@ Names may hold any character: URL-encode them (`reports%2Fdaily%20%C3%BC`).
 def openapi() -> dict[str, Any]:
     app = Celery("doc", broker="memory://", set_as_current=False)
     with DurableBeat(app) as beat:
-        return create_app(beat, tokens={"doc": "viewer"}).openapi()  # type: ignore[arg-type]
+        return create_app(beat, tokens={"doc-token-0123456789": "viewer"}).openapi()  # type: ignore[arg-type]
 
 
 def render(doc: dict[str, Any]) -> str:

@@ -371,11 +371,22 @@ def import_(ctx: click.Context, kind: str, source_url: str, dry_run: bool, as_js
 @durable_beat.command(cls=VerbCommand)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8088, show_default=True, type=int, help="Port to listen on.")
+@click.option(
+    "--forwarded-allow-ips",
+    default=None,
+    metavar="ADDRESSES",
+    help="Comma-separated addresses (or *) of the reverse proxies whose X-Forwarded-Proto and "
+    "X-Forwarded-For are believed: the console's cookie is then Secure behind an HTTPS proxy. "
+    "Unset: no proxy header is believed.",
+)
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int) -> None:
-    """Serve the HTTP API, the web console and /metrics (needs the web extra)."""
+def serve(ctx: click.Context, host: str, port: int, forwarded_allow_ips: str | None) -> None:
+    """Serve the HTTP API, the web console and /metrics (needs the web extra).
+
+    It starts and stays up while the store does not answer (503 meanwhile, SPEC §9).
+    """
     try:
-        from celery_durable_beat.web.auth import NoTokens
+        from celery_durable_beat.web.auth import BadTokens
         from celery_durable_beat.web.server import serve as run_server
     except ImportError as exc:
         raise CliError(
@@ -384,6 +395,6 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
             EXIT_CODES["error"],
         ) from None
     try:
-        run_server(control(ctx), host, port)
-    except NoTokens as exc:
+        run_server(control(ctx), host, port, forwarded_allow_ips=forwarded_allow_ips)
+    except BadTokens as exc:
         raise CliError(str(exc), EXIT_CODES["invalid input"]) from None

@@ -1,8 +1,9 @@
 """``/api/v1``: the JSON API of SPEC §9, one handler per row of its table.
 
 Each handler calls one ``DurableBeat`` method and answers with that view's ``to_json()``, exactly
-what the CLI prints with ``--json``. Names may hold ``/`` (``{name:path}``), so the routes with a
-suffix (``/pause``, ``/enqueue-events``, …) are declared before the bare ``{name}`` ones.
+what the CLI prints with ``--json``. Names may hold ``/`` and any other character: the action
+routes take ``{name:anyname}`` and the bare ones ``{name:schedule}``, which never ends in an
+action suffix, so each path has one reading (``web/names.py``).
 """
 
 from __future__ import annotations
@@ -18,11 +19,14 @@ from celery_durable_beat.control import DurableBeat
 from celery_durable_beat.control.api import COUNT_LIMIT, HISTORY_LIMIT, ScheduleView
 from celery_durable_beat.settings import Role
 from celery_durable_beat.web import schemas
-from celery_durable_beat.web.auth import Tokens, allows
-from celery_durable_beat.web.errors import ApiError, unauthorized
+from celery_durable_beat.web.auth import Tokens
+from celery_durable_beat.web.errors import ApiError, refusal
+from celery_durable_beat.web.idempotency import TriggerMemo
+from celery_durable_beat.web.names import register_convertors
 
 _bearer = HTTPBearer(auto_error=False, description="A token from durable_beat_api_tokens")
 _MEANING = {
+    400: "The body is not JSON",
     401: "No token, or one not configured",
     403: "The token's role may not do this",
     404: "No schedule by that name",
@@ -45,6 +49,7 @@ def errors(
     return found
 
 
+register_convertors()
 router = APIRouter(prefix="/api/v1")
 
 
@@ -57,12 +62,10 @@ def needs(role: Role) -> Callable[..., Role]:
     ) -> Role:
         tokens: Tokens = request.app.state.tokens
         found = tokens.role_of(None if credentials is None else credentials.credentials)
-        if found is None:
-            raise unauthorized()
-        if not allows(found, role):
-            raise ApiError(
-                403, "forbidden", f"this needs the {role.value} role; yours is {found.value}"
-            )
+        refused = refusal(found, role)
+        if refused is not None:
+            raise refused
+        assert found is not None
         return found
 
     return check
@@ -109,7 +112,7 @@ def status(beat: Beat) -> Response:
 
 
 @router.get(
-    "/schedules/{name:path}/enqueue-events",
+    "/schedules/{name:anyname}/enqueue-events",
     response_model=schemas.HistoryOut,
     dependencies=[Viewer],
     openapi_extra=role_doc(Role.VIEWER),
@@ -126,7 +129,7 @@ def enqueue_events(
 
 
 @router.post(
-    "/schedules/{name:path}/pause",
+    "/schedules/{name:anyname}/pause",
     response_model=schemas.ScheduleOut,
     dependencies=[Operator],
     openapi_extra=role_doc(Role.OPERATOR),
@@ -138,7 +141,7 @@ def pause(beat: Beat, name: str) -> Response:
 
 
 @router.post(
-    "/schedules/{name:path}/resume",
+    "/schedules/{name:anyname}/resume",
     response_model=schemas.ScheduleOut,
     dependencies=[Operator],
     openapi_extra=role_doc(Role.OPERATOR),
@@ -150,7 +153,7 @@ def resume(beat: Beat, name: str) -> Response:
 
 
 @router.post(
-    "/schedules/{name:path}/archive",
+    "/schedules/{name:anyname}/archive",
     response_model=schemas.ScheduleOut,
     dependencies=[Admin],
     openapi_extra=role_doc(Role.ADMIN),
@@ -162,29 +165,46 @@ def archive(beat: Beat, name: str) -> Response:
 
 
 @router.post(
-    "/schedules/{name:path}/trigger",
+    "/schedules/{name:anyname}/trigger",
     response_model=schemas.TriggerOut,
     status_code=201,
     dependencies=[Operator],
     openapi_extra=role_doc(Role.OPERATOR),
     responses=errors(
-        403, 404, 413, 422, extra={200: {"model": schemas.TriggerOut, "description": "A replay"}}
+        400,
+        403,
+        404,
+        413,
+        422,
+        extra={200: {"model": schemas.TriggerOut, "description": "A replay"}},
     ),
 )
 def trigger(
+    request: Request,
     beat: Beat,
     name: str,
     body: Annotated[schemas.TriggerIn | None, Body()] = None,
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> Response:
-    """Run now, outside the plan; the same ``Idempotency-Key`` never runs twice."""
+    """Run now, outside the plan; the same ``Idempotency-Key`` never runs twice, and one
+    reused with another body is refused (422)."""
     kwargs = None if body is None else body.kwargs
+    memo: TriggerMemo = request.app.state.trigger_memo
+    if idempotency_key is not None and memo.conflicts(name, idempotency_key, kwargs):
+        raise ApiError(
+            422,
+            "invalid",
+            f"Idempotency-Key {idempotency_key!r} was used for a run with another body; "
+            "send a new key for new kwargs, or the same body to replay",
+        )
     result = beat.trigger(name, kwargs=kwargs, idempotency_key=idempotency_key)
+    if idempotency_key is not None:
+        memo.remember(name, idempotency_key, kwargs)
     return JSONResponse(result.to_json(), status_code=201 if result.created else 200)
 
 
 @router.get(
-    "/schedules/{name:path}",
+    "/schedules/{name:schedule}",
     response_model=schemas.ScheduleDetailOut,
     dependencies=[Viewer],
     openapi_extra=role_doc(Role.VIEWER),
@@ -200,12 +220,12 @@ def show(
 
 
 @router.put(
-    "/schedules/{name:path}",
+    "/schedules/{name:schedule}",
     response_model=schemas.UpsertOut,
     dependencies=[Admin],
     openapi_extra=role_doc(Role.ADMIN),
     responses=errors(
-        403, 409, 413, 422, extra={201: {"model": schemas.UpsertOut, "description": "Created"}}
+        400, 403, 409, 413, 422, extra={201: {"model": schemas.UpsertOut, "description": "Created"}}
     ),
 )
 def upsert(
@@ -221,7 +241,7 @@ def upsert(
 
 
 @router.delete(
-    "/schedules/{name:path}",
+    "/schedules/{name:schedule}",
     status_code=204,
     dependencies=[Admin],
     openapi_extra=role_doc(Role.ADMIN),

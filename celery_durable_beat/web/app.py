@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +10,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 
 from celery_durable_beat.control import DurableBeat
 from celery_durable_beat.exceptions import DurableBeatError
@@ -17,20 +18,17 @@ from celery_durable_beat.settings import Role
 from celery_durable_beat.web import api, console
 from celery_durable_beat.web.auth import Tokens
 from celery_durable_beat.web.errors import (
+    STORE_UNAVAILABLE,
     ApiError,
     error_response,
     from_domain,
     on_api_error,
+    on_http_error,
     on_validation_error,
 )
-from celery_durable_beat.web.limits import BodyLimit
-
-_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "same-origin",
-    "X-Frame-Options": "DENY",
-}
+from celery_durable_beat.web.idempotency import TriggerMemo
+from celery_durable_beat.web.limits import BodyLimit, Guard
+from celery_durable_beat.web.session import Sessions, SignInThrottle
 
 
 def create_app(
@@ -43,7 +41,8 @@ def create_app(
     """The server for ``beat``'s app: tokens and Flower URL default to its settings.
 
     ``metrics`` is a prometheus-client registry served at ``/metrics`` (``server.status_metrics``).
-    Raises ``auth.NoTokens`` when no token is configured: an API without one would be open.
+    Raises ``auth.BadTokens`` when no token is configured (an API without one would be open)
+    or one is too short. Nothing here reaches the store: the app starts while it is down.
     """
     settings = beat.settings
     app = FastAPI(
@@ -57,11 +56,15 @@ def create_app(
     app.state.beat = beat
     app.state.tokens = Tokens(tokens if tokens is not None else settings.api_tokens)
     app.state.flower_url = flower_url if flower_url is not None else settings.flower_url
+    app.state.sessions = Sessions()
+    app.state.throttle = SignInThrottle()
+    app.state.trigger_memo = TriggerMemo()
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
+    app.add_exception_handler(HTTPException, on_http_error)
     app.add_exception_handler(DurableBeatError, _on_domain_error)
-    app.middleware("http")(_security_headers)
     app.add_middleware(BodyLimit)
+    app.add_middleware(Guard)  # added last: outermost, so BodyLimit's 413 gets the headers
     app.include_router(api.router)
     app.include_router(console.router)
     app.mount("/static", StaticFiles(directory=Path(__file__).with_name("static")), name="static")
@@ -73,15 +76,6 @@ def create_app(
 
 async def _on_domain_error(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(from_domain(exc))
-
-
-async def _security_headers(
-    request: Request, call_next: Callable[[Request], Awaitable[Response]]
-) -> Response:
-    response = await call_next(request)
-    for name, value in _HEADERS.items():
-        response.headers.setdefault(name, value)
-    return response
 
 
 def _metrics_route(registry: Any) -> Callable[[], Response]:
@@ -100,5 +94,7 @@ def _healthz(request: Request) -> Response:
     try:
         beat.store.now_ms()
     except DurableBeatError:
-        return JSONResponse({"status": "unavailable", "store": "not answering"}, status_code=503)
+        error = {"code": STORE_UNAVAILABLE, "message": "the schedule store does not answer"}
+        body = {"status": "unavailable", "store": "not answering", "error": error}
+        return JSONResponse(body, status_code=503)
     return JSONResponse({"status": "ok"})

@@ -2,23 +2,30 @@
 
 Tokens are compared in constant time against every configured token (``hmac.compare_digest``),
 so how long a refusal takes says nothing about how close a guess was. A token is read from the
-``Authorization`` header (the API) or the console's HttpOnly cookie, never from a query string:
-URLs end up in access logs, browser history and referrers.
+``Authorization`` header (the API) or the console's sign-in form, never from a query string:
+URLs end up in access logs, browser history and referrers. The console's cookie holds a session
+id, not the token (``web/session.py``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Mapping
 
 from celery_durable_beat.settings import TOKENS_ENV, Role
 
 COOKIE = "durable_beat_session"
-"""The console's cookie: the signed-in token, HttpOnly and SameSite=Strict."""
+"""The console's cookie: an opaque, signed session id (``web/session.py``), never a token;
+HttpOnly and SameSite=Strict."""
+MIN_TOKEN = 16
+"""Shortest API token accepted: 16 characters of a random token are beyond guessing."""
 
 
-class NoTokens(ValueError):
+class BadTokens(ValueError):
+    """The configured tokens would leave ``serve`` open or guessable: it refuses to start."""
+
+
+class NoTokens(BadTokens):
     """``serve`` was asked to start with no token: it would be an open door."""
 
     def __init__(self) -> None:
@@ -29,19 +36,33 @@ class NoTokens(ValueError):
         )
 
 
+class ShortToken(BadTokens):
+    """A configured token is short enough to guess; the message names its role, not it."""
+
+    def __init__(self, role: Role, length: int) -> None:
+        super().__init__(
+            f"durable_beat_api_tokens (or {TOKENS_ENV}): a {role.value} token has {length} "
+            f"characters; each token needs at least {MIN_TOKEN}, e.g. from "
+            "python -c 'import secrets; print(secrets.token_urlsafe(24))'"
+        )
+
+
 class Tokens:
     """The configured tokens; ``role_of`` answers which role a presented token has."""
 
     def __init__(self, tokens: Mapping[str, Role] | None) -> None:
         if not tokens:
             raise NoTokens()
+        for token, role in tokens.items():
+            if len(token) < MIN_TOKEN:
+                raise ShortToken(Role(role), len(token))
         self._tokens = tuple((token.encode(), Role(role)) for token, role in tokens.items())
 
     def role_of(self, presented: str | None) -> Role | None:
         """The role of ``presented``, or None; every token is compared, each in constant time."""
         if not presented:
             return None
-        candidate = presented.encode()
+        candidate = presented.encode("utf-8", "surrogatepass")  # any text, never a 500
         found: Role | None = None
         for token, role in self._tokens:
             if hmac.compare_digest(token, candidate):
@@ -60,16 +81,3 @@ def bearer(header: str | None) -> str | None:
 def allows(role: Role | None, needed: Role) -> bool:
     """Roles are cumulative: admin ⊃ operator ⊃ viewer."""
     return role is not None and role.rank >= needed.rank
-
-
-def csrf_token(session_token: str) -> str:
-    """The console forms' CSRF token, bound to the signed-in token (HMAC with it as the key).
-
-    A page on another site can make a browser send the cookie but cannot read it, so it cannot
-    compute this value; nothing is kept on the server, so several ``serve`` processes agree.
-    """
-    return hmac.new(session_token.encode(), b"durable-beat csrf v1", hashlib.sha256).hexdigest()
-
-
-def csrf_ok(session_token: str, presented: str | None) -> bool:
-    return presented is not None and hmac.compare_digest(csrf_token(session_token), presented)

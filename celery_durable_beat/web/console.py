@@ -1,7 +1,11 @@
 """The web console at ``/`` (SPEC §9): server-rendered pages over ``DurableBeat``.
 
-Signed in with an API token kept in an HttpOnly, SameSite=Strict cookie; every form carries a
-CSRF token bound to that token (``auth.csrf_token``); Jinja2 escapes every value. Buttons appear
+Signed in with an API token, exchanged at sign-in for a session (``web/session.py``): the
+HttpOnly, SameSite=Strict cookie holds the session's signed id, never the token, and is
+``Secure`` when the request came over HTTPS (directly, or through a proxy named by
+``serve --forwarded-allow-ips``). Every form carries the session's CSRF value; failed sign-ins
+are throttled per client address; signed-in pages are ``Cache-Control: no-store``. Jinja2
+escapes every value. Buttons appear
 only for roles that may use them, and the POST handlers check the role again (a hidden button
 is not a permission). The schedules table is filtered and paged on the server, so a store of
 10,000 schedules renders ``PAGE_SIZE`` rows.
@@ -9,7 +13,6 @@ is not a permission). The schedules table is filtered and paged on the server, s
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from datetime import datetime
 from pathlib import Path
@@ -27,12 +30,18 @@ from celery_durable_beat.exceptions import DurableBeatError, ScheduleNotFound
 from celery_durable_beat.schedules.describe import describe
 from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.settings import Role
-from celery_durable_beat.web.auth import COOKIE, Tokens, allows, csrf_ok, csrf_token
+from celery_durable_beat.web.auth import COOKIE, Tokens, allows
+from celery_durable_beat.web.errors import ApiError, error_response
+from celery_durable_beat.web.names import register_convertors
+from celery_durable_beat.web.session import Session, Sessions, SignInThrottle, same_text
 
 LOGIN_COOKIE = "durable_beat_login"
 """The sign-in form's CSRF value, for the form's own path only."""
 PAGE_SIZE = 100
 """Schedules per page of the table."""
+LAST_PAGE = 1_000_000
+"""The highest page number read (100 million schedules); a larger one shows the last page,
+as any page past the end does."""
 HISTORY_PAGE = 25
 STATES = ("active", "paused", "quarantined", "archived")
 ACTIONS = {"pause": Role.OPERATOR, "resume": Role.OPERATOR, "trigger": Role.OPERATOR}
@@ -55,31 +64,42 @@ def _when(value: str | int | None, tz: str) -> str:
 
 
 templates.env.filters["when"] = _when
+register_convertors()
 router = APIRouter(include_in_schema=False)
 
 
-def _session(request: Request) -> tuple[str, Role] | None:
-    token = request.cookies.get(COOKIE)
-    tokens: Tokens = request.app.state.tokens
-    role = tokens.role_of(token)
-    return None if token is None or role is None else (token, role)
+def _session(request: Request) -> Session | None:
+    sessions: Sessions = request.app.state.sessions
+    return sessions.find(request.cookies.get(COOKIE))
 
 
 def _page(
     request: Request,
     template: str,
-    session: tuple[str, Role] | None,
+    session: Session | None,
     status_code: int = 200,
     **context: Any,
 ) -> Response:
-    token, role = session if session else ("", None)
+    role = None if session is None else session.role
     values = {
         "role": None if role is None else role.value,
         "may_operate": allows(role, Role.OPERATOR),
-        "csrf": csrf_token(token) if token else "",
+        "csrf": "" if session is None else session.csrf,
         **context,
     }
-    return templates.TemplateResponse(request, template, values, status_code=status_code)
+    answer = templates.TemplateResponse(request, template, values, status_code=status_code)
+    answer.headers["Cache-Control"] = "no-store"  # no signed-in page stays in a shared cache
+    return answer
+
+
+def _secure(request: Request) -> bool:
+    """Whether the browser reached us over HTTPS: uvicorn sets the scheme from
+    ``X-Forwarded-Proto`` only for the proxies ``serve --forwarded-allow-ips`` names."""
+    return request.url.scheme == "https"
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
 
 
 def _to_login() -> Response:
@@ -99,7 +119,13 @@ def _login_page(request: Request, error: str | None, status_code: int = 200) -> 
         request, "login.html", None, status_code=status_code, error=error, login_csrf=nonce
     )
     answer.set_cookie(
-        LOGIN_COOKIE, nonce, httponly=True, samesite="strict", path="/login", max_age=3600
+        LOGIN_COOKIE,
+        nonce,
+        httponly=True,
+        samesite="strict",
+        secure=_secure(request),
+        path="/login",
+        max_age=3600,
     )
     return answer
 
@@ -108,20 +134,36 @@ def _login_page(request: Request, error: str | None, status_code: int = 200) -> 
 def login(
     request: Request, token: Annotated[str, Form()] = "", csrf: Annotated[str, Form()] = ""
 ) -> Response:
+    """Exchange a token for a new session (a new id and CSRF value at every sign-in)."""
     expected = request.cookies.get(LOGIN_COOKIE, "")
-    if not expected or not hmac.compare_digest(expected, csrf):
+    if not expected or not same_text(expected, csrf):
         return _login_page(request, "The form expired: sign in again.", status_code=403)
+    throttle: SignInThrottle = request.app.state.throttle
+    wait = throttle.wait(_client(request))
+    if wait > 0:
+        answer = _login_page(
+            request, f"Too many failed sign-ins: try again in {wait:.0f} s.", status_code=429
+        )
+        answer.headers["Retry-After"] = str(max(1, round(wait)))
+        return answer
     tokens: Tokens = request.app.state.tokens
-    if tokens.role_of(token.strip()) is None:
+    role = tokens.role_of(token.strip())
+    if role is None:
+        throttle.failed(_client(request))
         return _login_page(request, "That token is not known.", status_code=401)
+    throttle.succeeded(_client(request))
+    sessions: Sessions = request.app.state.sessions
+    sessions.end(request.cookies.get(COOKIE))  # a sign-in over a session replaces it
+    _, cookie = sessions.start(role)
     answer = RedirectResponse("/", status_code=303)
     answer.set_cookie(
         COOKIE,
-        token.strip(),
+        cookie,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
+        secure=_secure(request),
         path="/",
+        max_age=int(sessions.ttl),
     )
     answer.delete_cookie(LOGIN_COOKIE, path="/login")
     return answer
@@ -129,12 +171,22 @@ def login(
 
 @router.post("/logout")
 def logout(request: Request, csrf: Annotated[str, Form()] = "") -> Response:
+    """Sign-out ends the session on the server: its cookie, replayed, signs nobody in."""
     session = _session(request)
-    if session is not None and not csrf_ok(session[0], csrf):
-        return Response("CSRF token missing or wrong", status_code=403)
+    if session is not None and not same_text(session.csrf, csrf):
+        return _refused(403, "CSRF token missing or wrong: reload the page")
+    sessions: Sessions = request.app.state.sessions
+    sessions.end(request.cookies.get(COOKIE))
     answer = _to_login()
-    answer.delete_cookie(COOKIE, path="/")
+    answer.delete_cookie(
+        COOKIE, path="/", secure=_secure(request), httponly=True, samesite="strict"
+    )
     return answer
+
+
+def _refused(status: int, message: str) -> Response:
+    """A console refusal in the API's error shape (SPEC §9: every 4xx has it)."""
+    return error_response(ApiError(status, "forbidden" if status == 403 else "not_found", message))
 
 
 @router.get("/", response_class=HTMLResponse)
@@ -144,7 +196,8 @@ def schedules(request: Request, q: str = "", state: str = "", page: int = 1) -> 
         return _to_login()
     beat: DurableBeat = request.app.state.beat
     wanted = state if state in STATES else None
-    page = max(page, 1)
+    q = q.replace("\x00", "")  # no name holds a NUL, and PostgreSQL refuses one in a query
+    page = min(max(page, 1), LAST_PAGE)
     found = beat.page(q.strip(), wanted, offset=(page - 1) * PAGE_SIZE, limit=PAGE_SIZE)
     pages = max(1, -(-found.matched // PAGE_SIZE))
     if page > pages:  # past the end (the filter matched fewer): show the last page
@@ -193,7 +246,7 @@ def _row(view: ScheduleView) -> dict[str, Any]:
     }
 
 
-@router.get("/schedules/{name:path}", response_class=HTMLResponse)
+@router.get("/schedules/{name:anyname}", response_class=HTMLResponse)
 def schedule(request: Request, name: str, cursor: str | None = None, done: str = "") -> Response:
     session = _session(request)
     if session is None:
@@ -203,7 +256,7 @@ def schedule(request: Request, name: str, cursor: str | None = None, done: str =
 
 def _detail(
     request: Request,
-    session: tuple[str, Role],
+    session: Session,
     name: str,
     *,
     cursor: str | None = None,
@@ -236,7 +289,7 @@ def _detail(
     )
 
 
-@router.post("/schedules/{name:path}/{action}")
+@router.post("/schedules/{name:anyname}/{action}")
 def act(
     request: Request,
     name: str,
@@ -249,11 +302,11 @@ def act(
         return _to_login()
     needed = ACTIONS.get(action)
     if needed is None:
-        return Response("unknown action", status_code=404)
-    if not csrf_ok(session[0], csrf):
-        return Response("CSRF token missing or wrong", status_code=403)
-    if not allows(session[1], needed):
-        return Response(f"this needs the {needed.value} role", status_code=403)
+        return _refused(404, f"no console action {action!r}; there are {', '.join(ACTIONS)}")
+    if not same_text(session.csrf, csrf):
+        return _refused(403, "CSRF token missing or wrong: reload the page")
+    if not allows(session.role, needed):
+        return _refused(403, f"this needs the {needed.value} role")
     beat: DurableBeat = request.app.state.beat
     try:
         if action == "trigger":

@@ -1,4 +1,10 @@
-"""Error bodies ``{"error": {"code", "message"[, "problems"]}}`` and the status of each (§9)."""
+"""Error bodies ``{"error": {"code", "message"[, "problems"]}}`` and the status of each (§9).
+
+Every refusal has this shape, FastAPI's and starlette's own included (unknown route, wrong
+method, unparseable body): their ``{"detail"}`` never reaches a client. A wrong method answers
+405 with the methods the path really has, gathered from every route that matches it (starlette
+names only the first one's).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,23 @@ from typing import Any
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from celery_durable_beat.exceptions import (
     ConfigError,
     InvalidArgument,
+    LeaseError,
     PublishFailed,
     ScheduleConflict,
     ScheduleNotFound,
     StoreError,
 )
+from celery_durable_beat.settings import Role
+from celery_durable_beat.web.auth import Tokens, allows, bearer
+
+STORE_UNAVAILABLE = "store_unavailable"
+"""The code of every answer given while the store does not answer (503)."""
 
 
 class ApiError(Exception):
@@ -50,21 +64,25 @@ def error_response(error: ApiError) -> JSONResponse:
     return JSONResponse({"error": body}, status_code=error.status, headers=error.headers)
 
 
+_BY_TYPE: tuple[tuple[type[Exception], int, str, str | None], ...] = (
+    (ScheduleNotFound, 404, "not_found", None),
+    (ScheduleConflict, 409, "conflict", None),
+    (InvalidArgument, 422, "invalid", None),
+    (PublishFailed, 503, "broker_unavailable", None),
+    (StoreError, 503, STORE_UNAVAILABLE, "the schedule store does not answer; try again"),
+    (LeaseError, 503, "lease_unavailable", "the lease backend does not answer; try again"),
+)
+"""Our exceptions by status and code; ``None``: the exception's own text is the message."""
+
+
 def from_domain(exc: Exception) -> ApiError:
     """Our exceptions as HTTP answers; anything else is not ours to explain (500)."""
-    if isinstance(exc, ScheduleNotFound):
-        return ApiError(404, "not_found", str(exc))
-    if isinstance(exc, ScheduleConflict):
-        return ApiError(409, "conflict", str(exc))
     if isinstance(exc, ConfigError):
         problems = [{"field": p.field, "problem": p.problem} for p in exc.problems]
         return ApiError(422, "invalid", str(exc).splitlines()[0], problems)
-    if isinstance(exc, InvalidArgument):
-        return ApiError(422, "invalid", str(exc))
-    if isinstance(exc, PublishFailed):
-        return ApiError(503, "unavailable", str(exc))
-    if isinstance(exc, StoreError):
-        return ApiError(503, "unavailable", "the schedule store does not answer; try again")
+    for kind, status, code, message in _BY_TYPE:
+        if isinstance(exc, kind):
+            return ApiError(status, code, str(exc) if message is None else message)
     raise exc
 
 
@@ -73,14 +91,85 @@ async def on_api_error(_request: Request, exc: Exception) -> JSONResponse:
     return error_response(exc)
 
 
-async def on_validation_error(_request: Request, exc: Exception) -> JSONResponse:
-    """FastAPI's 422 in our error shape: each problem with the field it is about."""
+async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's 422 in our error shape: each problem with the field it is about.
+
+    The body is read before a route's dependencies run, so a refusal of the caller (401, 403)
+    is decided here first: a stranger learns nothing from how a body is judged. A body that is
+    not JSON at all is 400, a JSON body of the wrong shape 422.
+    """
     assert isinstance(exc, RequestValidationError)
+    refused = _caller_refused(request)
+    if refused is not None:
+        return error_response(refused)
+    errors = exc.errors()
+    if any(err.get("type") == "json_invalid" for err in errors):
+        return error_response(ApiError(400, "invalid", "the request body is not valid JSON"))
     problems = [
         {
             "field": ".".join(str(part) for part in err["loc"] if part != "body") or "body",
             "problem": str(err["msg"]),
         }
-        for err in exc.errors()
+        for err in errors
     ]
     return error_response(ApiError(422, "invalid", "the request is not valid", problems))
+
+
+_HTTP_CODES = {
+    400: ("invalid", "the request body cannot be read (send UTF-8 JSON)"),
+    404: ("not_found", "no such page or endpoint; the API is under /api/v1"),
+    405: ("method_not_allowed", "this path does not take that method"),
+}
+
+
+async def on_http_error(request: Request, exc: Exception) -> JSONResponse:
+    """starlette's and FastAPI's own refusals (unknown route, wrong method, unreadable body)."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 400:
+        refused = _caller_refused(request)
+        if refused is not None:
+            return error_response(refused)
+    code, message = _HTTP_CODES.get(exc.status_code, ("invalid", str(exc.detail)))
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        allowed = allowed_methods(request)
+        headers["Allow"] = ", ".join(allowed)
+        message = f"this path takes {', '.join(allowed)}"
+    return error_response(ApiError(exc.status_code, code, message, headers=headers))
+
+
+METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route takes at this path, each tried on the app's routes through the
+    public ``matches`` (so the routers FastAPI nests answer too, whatever their inner shape)."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    ]
+
+
+def _caller_refused(request: Request) -> ApiError | None:
+    """401 or 403 when the matched API route needs a role the caller lacks, else None."""
+    route = request.scope.get("route")
+    needed = (getattr(route, "openapi_extra", None) or {}).get("x-role")
+    if needed is None:
+        return None
+    tokens: Tokens = request.app.state.tokens
+    return refusal(tokens.role_of(bearer(request.headers.get("authorization"))), Role(needed))
+
+
+def refusal(found: Role | None, needed: Role) -> ApiError | None:
+    """401 for no or an unknown token, 403 for a role too weak for ``needed``, else None."""
+    if found is None:
+        return unauthorized()
+    if not allows(found, needed):
+        return ApiError(
+            403, "forbidden", f"this needs the {needed.value} role; yours is {found.value}"
+        )
+    return None

@@ -6,7 +6,53 @@ import json
 import logging
 from typing import Any
 
+from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+}
+"""Sent with every answer, errors and refusals included (``Guard``)."""
+
+
+class Guard:
+    """The outermost layer: every answer gets ``SECURITY_HEADERS`` (and ``Cache-Control:
+    no-store`` outside ``/static``: answers carry schedules and session pages), whoever wrote
+    it (a handler, ``BodyLimit``, starlette's routing); and a failure nothing else answered
+    becomes a 500 in the ``{"error"}`` shape, its traceback never shown to the client: the
+    failure is raised on after the answer, so uvicorn logs it with its traceback."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+        static = str(scope.get("path", "")).startswith("/static/")
+
+        async def send_with_headers(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+                headers = MutableHeaders(scope=message)
+                for name, value in SECURITY_HEADERS.items():
+                    headers.setdefault(name, value)
+                if not static:
+                    headers.setdefault("Cache-Control", "no-store")
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_headers)
+        except Exception:
+            if not started:
+                await _error(send_with_headers, 500, "internal", "the server failed; see its log")
+            raise
+
 
 MAX_BODY = 1024 * 1024
 """Largest request body accepted (1 MiB): a schedule entry is a few hundred bytes."""
@@ -45,11 +91,14 @@ class BodyLimit:
 
 
 async def _too_large(send: Send) -> None:
-    body = json.dumps(
-        {"error": {"code": "too_large", "message": f"the request body exceeds {MAX_BODY} bytes"}}
-    ).encode()
+    await _error(send, 413, "too_large", f"the request body exceeds {MAX_BODY} bytes")
+
+
+async def _error(send: Send, status: int, code: str, message: str) -> None:
+    """An error answer written below the app (no response class there)."""
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 

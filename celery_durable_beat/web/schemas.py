@@ -118,7 +118,17 @@ class Problem(BaseModel):
 
 class ErrorBody(BaseModel):
     code: Literal[
-        "unauthorized", "forbidden", "not_found", "conflict", "invalid", "too_large", "unavailable"
+        "unauthorized",
+        "forbidden",
+        "not_found",
+        "method_not_allowed",
+        "conflict",
+        "invalid",
+        "too_large",
+        "store_unavailable",
+        "broker_unavailable",
+        "lease_unavailable",
+        "internal",
     ]
     message: str
     problems: list[Problem] | None = Field(None, description="With code invalid: each problem.")

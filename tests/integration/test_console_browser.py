@@ -39,7 +39,7 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-TOKENS = {"viewer-secret-1": "viewer", "operator-secret-2": "operator"}
+TOKENS = {"viewer-secret-0001": "viewer", "operator-secret-0002": "operator"}
 ODD = "reports/daily ünï côde & <b>x</b>"
 SCHEDULE = {
     "nightly-digest": {
@@ -157,10 +157,10 @@ def test_viewer_reads_and_cannot_act(served: Served, browser: Any, tmp_path: Pat
     page.click("button[type=submit]")
     assert "That token is not known." in page.inner_text("[role=alert]")
 
-    forged = page.request.post(served.url + "/login", form={"token": "viewer-secret-1"})
+    forged = page.request.post(served.url + "/login", form={"token": "viewer-secret-0001"})
     assert forged.status == 403  # no sign-in without the form's CSRF value
 
-    sign_in(page, served.url, "viewer-secret-1")
+    sign_in(page, served.url, "viewer-secret-0001")
     cookie = next(c for c in context.cookies() if c["name"] == "durable_beat_session")
     assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
     assert "1\N{EN DASH}100 of 152" in page.inner_text(".count")  # paged: 100 rows, not 152
@@ -194,7 +194,7 @@ def test_viewer_reads_and_cannot_act(served: Served, browser: Any, tmp_path: Pat
 def test_operator_pauses_resumes_and_runs_now(served: Served, browser: Any, tmp_path: Path) -> None:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
-    sign_in(page, served.url, "operator-secret-2")
+    sign_in(page, served.url, "operator-secret-0002")
     page.goto(served.url + "/schedules/" + quote(ODD, safe=""))
     assert page.inner_text("h1").startswith(ODD)
 

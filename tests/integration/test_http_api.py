@@ -29,7 +29,11 @@ from tests.support.webserver import running
 
 pytestmark = pytest.mark.integration
 
-TOKENS = {"view-t0ken": "viewer", "oper-t0ken": "operator", "admin-t0ken": "admin"}
+TOKENS = {
+    "view-t0ken-0123456": "viewer",
+    "oper-t0ken-0123456": "operator",
+    "admin-t0ken-0123456": "admin",
+}
 CONFIG = {
     "nightly": {
         "task": "proj.report",
@@ -204,7 +208,9 @@ def test_trigger_is_idempotent_by_key_and_really_sends_once(
         "/api/v1/schedules/nightly/trigger", json={"kwargs": {"day": "y"}}, headers=headers
     )
     assert first.status_code == 201 and first.json()["created"] is True
-    again = client.post("/api/v1/schedules/nightly/trigger", headers=headers)
+    again = client.post(
+        "/api/v1/schedules/nightly/trigger", json={"kwargs": {"day": "y"}}, headers=headers
+    )
     assert again.status_code == 200
     assert again.json() == {"task_id": first.json()["task_id"], "created": False}
     sent = queued(beat)

@@ -197,3 +197,18 @@ def test_a_manual_run_publishes_redacted_reprs_with_the_configured_keys(store: S
     assert message.headers["periodic_trigger"] == Trigger.MANUAL.value
     assert message.headers["kwargsrepr"] == "{'username': '***', 'password': 'p'}"
     assert message.decode()[1] == {"username": "alice", "password": "p"}
+
+
+def test_the_default_list_hides_passwd_and_authorization_and_passwords_inside_urls() -> None:
+    kwargs = {
+        "db_passwd": SECRET,
+        "headers": {"Authorization": f"Bearer {SECRET}"},
+        "dsn": f"postgresql://user:{SECRET}@db1:5432/app",
+        "targets": [f"redis://:{SECRET}@cache:6379/0", "amqp://guest@rabbit//"],
+        "note": "mail alice@example.com at https://example.com/a@b",
+    }
+    _, kwargsrepr = shown_reprs([], kwargs, DEFAULT_KEYS)
+    assert SECRET not in kwargsrepr, kwargsrepr
+    assert "postgresql://user:***@db1:5432/app" in kwargsrepr
+    assert "redis://:***@cache:6379/0" in kwargsrepr and "amqp://guest@rabbit//" in kwargsrepr
+    assert "alice@example.com at https://example.com/a@b" in kwargsrepr  # not a password
