@@ -99,8 +99,8 @@ def client(beat: DurableBeat) -> Iterator[Http]:
     """The app served by uvicorn as the HTTP API tests serve it, signed in to the console
     through its own form (whatever the session cookie holds)."""
     logger = logging.getLogger("uvicorn.error")
-    logger.addHandler(SERVER_ERRORS)
     with running(create_app(beat)) as http:
+        logger.addHandler(SERVER_ERRORS)  # after uvicorn configured its loggers
         form = http.get("/login")
         csrf = re.search(r'name="csrf" value="([^"]*)"', form.text)
         assert csrf is not None, form.text
