@@ -166,8 +166,27 @@ def memory_store(request: pytest.FixtureRequest, leader_epoch: int) -> Iterator[
     yield from _open("memory", request, leader_epoch)
 
 
+def _hypothesis_prints_failing_examples() -> None:
+    """Undo schemathesis' global patch of Hypothesis' printer (tests/integration/
+    test_schemathesis_api.py). Importing schemathesis (its pytest plugin loads it in every run)
+    swaps ``hypothesis.core.RepresentationPrinter`` for one that prints nothing, to speed up its
+    own huge schemas: every Hypothesis test of the suite would then report a failing example as
+    ``check(name=, entry=)``. Its patch is applied once (flagged), so it is applied here first and
+    then undone; the larger buffer it sets is kept."""
+    try:
+        from schemathesis.generation.hypothesis import setup
+    except ImportError:  # pragma: no cover - the dev extra installs it
+        return
+    import hypothesis.core
+    from hypothesis.vendor import pretty
+
+    setup()
+    hypothesis.core.RepresentationPrinter = pretty.RepresentationPrinter  # type: ignore[misc]
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """The controller draws the chaos seed before it starts xdist workers, which inherit it."""
+    _hypothesis_prints_failing_examples()
     if "PYTEST_XDIST_WORKER" not in os.environ:
         from tests.support.chaos import SEED
 
