@@ -47,7 +47,7 @@ from tests.support.webserver import running
 
 pytestmark = pytest.mark.integration
 
-TOKEN = "admin-t0ken"
+TOKEN = "admin-t0ken-0123456"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 _HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 

@@ -28,8 +28,8 @@ from tests.support.webserver import running
 
 pytestmark = pytest.mark.integration
 
-TOKENS = {"admin-t0ken": "admin"}
-ADMIN = {"Authorization": "Bearer admin-t0ken"}
+TOKENS = {"admin-t0ken-0123456": "admin"}
+ADMIN = {"Authorization": "Bearer admin-t0ken-0123456"}
 YEAR_20000_MS = 568_971_820_800_000
 YEAR_1_MS = -62_135_596_800_000
 
@@ -223,7 +223,7 @@ def test_the_api_and_the_console_answer(beat: DurableBeat) -> None:
         form = http.get("/login").text
         csrf = re.search(r'name="csrf" value="([^"]+)"', form)
         assert csrf is not None
-        data = {"token": "admin-t0ken", "csrf": csrf.group(1)}
+        data = {"token": "admin-t0ken-0123456", "csrf": csrf.group(1)}
         console = http.post("/login", data=data, follow_redirects=True)
         assert console.status_code == 200, console.text
         assert "bad-cron" in console.text
