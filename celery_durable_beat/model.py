@@ -203,6 +203,9 @@ class Action(str, Enum):
     """A round failed for a reason nobody foresaw; logged with its traceback, then backed off."""
     LEASE_RELEASE_FAILED = "lease_release_failed"
     """Giving the lease up failed (shutdown or fencing); it expires by itself after its TTL."""
+    REQUEST_FAILED = "request_failed"
+    """``serve`` failed to answer a request for a reason nobody foresaw: logged with its
+    traceback, the client answered 500 in the error shape (``web/limits.py``)."""
     GUARD_INSTALLED = "guard_installed"
     """The worker put the dedup guard first on tasks whose class did not run it first."""
     SHUTDOWN_JOBS_KEPT = "shutdown_jobs_kept"

@@ -9,6 +9,11 @@ from typing import Any
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from celery_durable_beat.logs import log_extra
+from celery_durable_beat.model import Action
+
+log = logging.getLogger("celery_durable_beat.web")
+
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
@@ -22,8 +27,10 @@ class Guard:
     """The outermost layer: every answer gets ``SECURITY_HEADERS`` (and ``Cache-Control:
     no-store`` outside ``/static``: answers carry schedules and session pages), whoever wrote
     it (a handler, ``BodyLimit``, starlette's routing); and a failure nothing else answered
-    becomes a 500 in the ``{"error"}`` shape, its traceback never shown to the client: the
-    failure is raised on after the answer, so uvicorn logs it with its traceback."""
+    becomes a 500 in the ``{"error"}`` shape, its traceback never shown to the client but
+    logged here (action ``request_failed``, the method and path: never the query, which may
+    carry a cursor or filter, nor the body). It is not raised on: uvicorn would then close
+    the connection, and the client would see a reset instead of the answer."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -49,9 +56,14 @@ class Guard:
         try:
             await self.app(scope, receive, send_with_headers)
         except Exception:
+            log.exception(
+                "request failed: %s %s",
+                scope.get("method", "?"),
+                scope.get("path", "?"),
+                extra=log_extra(Action.REQUEST_FAILED),
+            )
             if not started:
                 await _error(send_with_headers, 500, "internal", "the server failed; see its log")
-            raise
 
 
 MAX_BODY = 1024 * 1024
