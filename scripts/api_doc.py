@@ -77,8 +77,9 @@ Names may hold any character, `/` and newlines included: URL-encode them
 `nightly/pause`.
 
 A manual run's `Idempotency-Key` replays the first run (`200 {"created": false}`) only with the
-same body; with other `kwargs` it is `422 invalid`. `serve` remembers each key's body for its
-own life (the newest 10,000 keys): after a restart a reused key replays the first run.
+same body; with other `kwargs` it is `422 invalid` (`problems` names `kwargs`). The run's history
+record keeps a digest of its kwargs (salted with the key, never shown), so the refusal holds
+across `serve` processes and restarts, and for the CLI's `trigger` too.
 
 `GET /healthz` needs no token: `200 {"status": "ok"}` when the store answers, `503` (with
 `"error": {"code": "store_unavailable"}`) otherwise. `serve` starts while the store is down,

@@ -37,9 +37,12 @@ from celery_durable_beat.celery_config import app_defaults, translate_entry
 from celery_durable_beat.clock import datetime_to_ms
 from celery_durable_beat.control.details import schedule_detail, upcoming
 from celery_durable_beat.control.lookups import (
+    BODY_KEY,
+    body_digest,
     check_name,
     config_owned,
     refuse_archived,
+    refuse_other_body,
     refuse_unplannable,
     shown_of,
 )
@@ -425,14 +428,19 @@ class DurableBeat:
 
         ``kwargs`` are merged over the definition's. With an ``idempotency_key`` the task id is
         derived from it, and a key whose run is already recorded returns that run with
-        ``created`` False. Raises PublishFailed when the broker refuses the message.
+        ``created`` False — unless that run was sent with other ``kwargs``: InvalidArgument
+        (field ``kwargs``), since replaying it would silently drop the new ones. Raises
+        PublishFailed when the broker refuses the message.
         """
         overrides = _check_kwargs(kwargs)
         record = self._require(name)
         refuse_unplannable(record, "run")
         task_id = manual_task_id(record.name, idempotency_key)
         store = self.store
-        if store.find_enqueued(task_id) is not None:
+        body = None if idempotency_key is None else body_digest(task_id, idempotency_key, overrides)
+        found = store.find_enqueued(task_id)
+        if found is not None:
+            refuse_other_body(found.detail, body)
             return TriggerResult(task_id, created=False)
         message = build_message(
             record.name, record.definition, store.now_ms(), task_id, Trigger.MANUAL, overrides
@@ -440,13 +448,21 @@ class DurableBeat:
         with self.publisher.session() as session:
             reason = session.publish(message) or session.confirm()  # delivered, not buffered
         outcome = Outcome.ENQUEUED if reason is None else Outcome.FAILED
-        self._record_manual(record, message, outcome, None if reason is None else reason.value)
+        detail = {} if body is None else {BODY_KEY: body}
+        self._record_manual(
+            record, message, outcome, None if reason is None else reason.value, detail
+        )
         if reason is not None:
             raise PublishFailed(record.name, reason.value)
         return TriggerResult(task_id, created=True)
 
     def _record_manual(
-        self, record: ScheduleRecord, message: TickMessage, outcome: Outcome, reason: str | None
+        self,
+        record: ScheduleRecord,
+        message: TickMessage,
+        outcome: Outcome,
+        reason: str | None,
+        detail: Mapping[str, Any],
     ) -> None:
         event = AuditEvent(
             schedule=record.name,
@@ -457,6 +473,7 @@ class DurableBeat:
             reason=reason,
             lag_ms=0,
             version=record.version,
+            detail=detail,
         )
         self.store.record_manual(event)  # outside the fence by design (AdminStore rule 10)
 

@@ -21,7 +21,6 @@ from celery_durable_beat.settings import Role
 from celery_durable_beat.web import schemas
 from celery_durable_beat.web.auth import Tokens
 from celery_durable_beat.web.errors import ApiError, refusal
-from celery_durable_beat.web.idempotency import TriggerMemo
 from celery_durable_beat.web.names import register_convertors
 
 _bearer = HTTPBearer(auto_error=False, description="A token from durable_beat_api_tokens")
@@ -180,7 +179,6 @@ def archive(beat: Beat, name: str) -> Response:
     ),
 )
 def trigger(
-    request: Request,
     beat: Beat,
     name: str,
     body: Annotated[schemas.TriggerIn | None, Body()] = None,
@@ -189,17 +187,7 @@ def trigger(
     """Run now, outside the plan; the same ``Idempotency-Key`` never runs twice, and one
     reused with another body is refused (422)."""
     kwargs = None if body is None else body.kwargs
-    memo: TriggerMemo = request.app.state.trigger_memo
-    if idempotency_key is not None and memo.conflicts(name, idempotency_key, kwargs):
-        raise ApiError(
-            422,
-            "invalid",
-            f"Idempotency-Key {idempotency_key!r} was used for a run with another body; "
-            "send a new key for new kwargs, or the same body to replay",
-        )
     result = beat.trigger(name, kwargs=kwargs, idempotency_key=idempotency_key)
-    if idempotency_key is not None:
-        memo.remember(name, idempotency_key, kwargs)
     return JSONResponse(result.to_json(), status_code=201 if result.created else 200)
 
 

@@ -26,7 +26,6 @@ from celery_durable_beat.web.errors import (
     on_http_error,
     on_validation_error,
 )
-from celery_durable_beat.web.idempotency import TriggerMemo
 from celery_durable_beat.web.limits import BodyLimit, Guard
 from celery_durable_beat.web.session import Sessions, SignInThrottle
 
@@ -58,7 +57,6 @@ def create_app(
     app.state.flower_url = flower_url if flower_url is not None else settings.flower_url
     app.state.sessions = Sessions()
     app.state.throttle = SignInThrottle()
-    app.state.trigger_memo = TriggerMemo()
     app.add_exception_handler(ApiError, on_api_error)
     app.add_exception_handler(RequestValidationError, on_validation_error)
     app.add_exception_handler(HTTPException, on_http_error)

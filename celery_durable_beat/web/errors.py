@@ -80,6 +80,9 @@ def from_domain(exc: Exception) -> ApiError:
     if isinstance(exc, ConfigError):
         problems = [{"field": p.field, "problem": p.problem} for p in exc.problems]
         return ApiError(422, "invalid", str(exc).splitlines()[0], problems)
+    if isinstance(exc, InvalidArgument) and exc.field is not None:
+        problems = [{"field": exc.field, "problem": str(exc)}]
+        return ApiError(422, "invalid", str(exc), problems)
     for kind, status, code, message in _BY_TYPE:
         if isinstance(exc, kind):
             return ApiError(status, code, str(exc) if message is None else message)

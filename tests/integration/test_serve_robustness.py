@@ -25,6 +25,7 @@ from httpx import Client as Http
 
 from celery_durable_beat import DurableBeat
 from celery_durable_beat.celery_config import definitions_from_app
+from celery_durable_beat.exceptions import InvalidArgument
 from celery_durable_beat.model import Source
 from celery_durable_beat.sync import sync_definitions
 from celery_durable_beat.web import create_app
@@ -237,14 +238,24 @@ def test_failed_sign_ins_are_slowed_per_address_with_429(client: Http) -> None:
 
 
 # -- 6. small ones ----------------------------------------------------------------------------
-def test_an_idempotency_key_reused_with_another_body_is_422(client: Http) -> None:
+def test_an_idempotency_key_reused_with_another_body_is_422(
+    client: Http, beat: DurableBeat
+) -> None:
     headers = {**bearer(OPERATOR), "Idempotency-Key": "deploy-7"}
     path = "/api/v1/schedules/nightly/trigger"
-    first = client.post(path, json={"kwargs": {"day": "y"}}, headers=headers)
+    first = client.post(path, json={"kwargs": {"day": "y", "n": 1}}, headers=headers)
     assert first.status_code == 201
-    replay = client.post(path, json={"kwargs": {"day": "y"}}, headers=headers)
+    replay = client.post(path, json={"kwargs": {"n": 1, "day": "y"}}, headers=headers)
     assert replay.status_code == 200 and replay.json()["task_id"] == first.json()["task_id"]
-    refused(client.post(path, json={"kwargs": {"day": "z"}}, headers=headers), 422, "invalid")
+    other = {"kwargs": {"day": "z", "n": 1}}
+    body = refused(client.post(path, json=other, headers=headers), 422, "invalid")
+    assert [p["field"] for p in body["problems"]] == ["kwargs"]
+    # The first body is kept with the run in the store: a second serve process (or one
+    # restarted) over the same store refuses the reuse too, and the CLI's trigger as well.
+    with running(create_app(beat)) as again:
+        refused(stateless(again).post(path, json=other, headers=headers), 422, "invalid")
+    with pytest.raises(InvalidArgument, match="idempotency key"):
+        beat.trigger("nightly", kwargs={"day": "z", "n": 1}, idempotency_key="deploy-7")
 
 
 def test_a_short_token_is_refused_naming_the_setting(beat: DurableBeat) -> None:

@@ -455,3 +455,21 @@ def test_status_lists_live_workers_by_hostname() -> None:
     assert any("queues reports, celery" in line for line in lines)
     beat.close()
     runs.announce_worker("w1@host", ["celery"])  # an injected registry is not closed
+
+
+def test_an_idempotency_key_reused_with_other_kwargs_is_refused(
+    beat: DurableBeat, store: Store
+) -> None:
+    beat.upsert("pulse", PULSE)
+    first = beat.trigger("pulse", kwargs={"a": 1, "b": [2]}, idempotency_key="k")
+    again = beat.trigger("pulse", kwargs={"b": [2], "a": 1}, idempotency_key="k")
+    assert first.created and not again.created and again.task_id == first.task_id
+    with pytest.raises(InvalidArgument, match="idempotency key") as caught:
+        beat.trigger("pulse", kwargs={"a": 2, "b": [2]}, idempotency_key="k")
+    assert caught.value.field == "kwargs"
+    with pytest.raises(InvalidArgument):
+        beat.trigger("pulse", idempotency_key="k")  # no kwargs is another body too
+    stored = store.find_enqueued(first.task_id)
+    assert stored is not None and set(stored.detail) == {"kwargs_digest"}  # a digest, no payload
+    assert len(stored.detail["kwargs_digest"]) == 64
+    assert beat.trigger("pulse", kwargs={"a": 2}, idempotency_key="k2").created
