@@ -25,10 +25,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from celery_durable_beat.control import DurableBeat
+from celery_durable_beat.control.shown import Shown
 from celery_durable_beat.control.views import ScheduleView
 from celery_durable_beat.exceptions import DurableBeatError, ScheduleNotFound
 from celery_durable_beat.schedules.describe import describe
-from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.settings import Role
 from celery_durable_beat.web.auth import COOKIE, Tokens, allows
 from celery_durable_beat.web.errors import ApiError, error_response
@@ -57,13 +57,23 @@ def _when(value: str | int | None, tz: str) -> str:
     if value is None:
         return ""
     if isinstance(value, int):
-        value = tick_isoformat(value, tz)
+        value = _instant(value, tz)
+        if value is None:
+            return ""
     moment = datetime.fromisoformat(value).astimezone(ZoneInfo(tz))
     shape = "%Y-%m-%d %H:%M:%S %Z" if moment.second else "%Y-%m-%d %H:%M %Z"
     return moment.strftime(shape)
 
 
 templates.env.filters["when"] = _when
+
+
+def _instant(ms: int | None, tz: str) -> str | None:
+    """A stored instant as ISO 8601, or None when it cannot be shown (a row written by hand or
+    by an older version: ``control/shown.py``), so the page still answers."""
+    return Shown(tz, None).instant("last_tick", ms)
+
+
 register_convertors()
 router = APIRouter(include_in_schema=False)
 
@@ -238,7 +248,8 @@ def _row(view: ScheduleView) -> dict[str, Any]:
         "words": describe(view.definition.spec),
         "tz": tz,
         "next_tick": view.next_tick,
-        "last_tick": None if view.last_tick_ms is None else tick_isoformat(view.last_tick_ms, tz),
+        "last_tick": _instant(view.last_tick_ms, tz),
+        "invalid": bool(view.invalid),
         "state": view.state,
         "state_reason": view.state_reason,
         "last_outcome": view.last_outcome,
@@ -278,7 +289,7 @@ def _detail(
         session,
         status_code=status_code,
         s=detail,
-        last_tick=None if last is None else tick_isoformat(last, detail.tz),
+        last_tick=_instant(last, detail.tz),
         events=history.events,
         next_cursor=history.next_cursor,
         paged=cursor is not None,

@@ -11,6 +11,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class Problem(BaseModel):
+    field: str
+    problem: str
+
+
 class ScheduleOut(BaseModel):
     """A ``list --json`` item."""
 
@@ -19,9 +24,9 @@ class ScheduleOut(BaseModel):
     schedule: str
     tz: str
     missed: str
-    backfill_max: int
+    backfill_max: int | None
     overlap: str
-    jitter: float
+    jitter: float | None
     state: Literal["active", "paused", "archived", "quarantined"]
     version: int
     source: Literal["config", "api"]
@@ -36,6 +41,11 @@ class ScheduleOut(BaseModel):
     require_worker: bool | None
     state_reason: Literal["operator", "disabled", "failures"] | None
     buffered_tick: str | None
+    invalid: list[Problem] | None = Field(
+        None,
+        description="Only when a stored value cannot be shown (a row written by hand or by an "
+        "older version): each field that holds a stand-in, and why",
+    )
 
 
 class OverdueOut(BaseModel):
@@ -109,11 +119,6 @@ class TriggerOut(BaseModel):
 class UpsertOut(BaseModel):
     status: Literal["created", "updated", "unchanged"]
     schedule: ScheduleOut
-
-
-class Problem(BaseModel):
-    field: str
-    problem: str
 
 
 class ErrorBody(BaseModel):

@@ -23,6 +23,7 @@ from celery_durable_beat.exceptions import InvalidArgument, ScheduleConflict, Sc
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.store.tables import schedules
 from celery_durable_beat.web import create_app
+from celery_durable_beat.web.schemas import ScheduleOut
 from tests.integration.test_cli import Project, make_project
 from tests.support.webserver import running
 
@@ -99,6 +100,11 @@ def spoil(url: str, beat: DurableBeat) -> None:
             update(schedules)
             .where(schedules.c.name == "deeper-than-decoders")
             .values(definition=_raw_json(text, conn.dialect.name))
+        )
+        conn.execute(  # a last tick no page can show (the console formats it itself)
+            update(schedules)
+            .where(schedules.c.name == "huge-expires")
+            .values(last_tick_ms=YEAR_20000_MS)
         )
         conn.execute(
             update(schedules)
@@ -207,6 +213,8 @@ def test_the_api_and_the_console_answer(beat: DurableBeat) -> None:
         listed = http.get("/api/v1/schedules", headers=ADMIN)
         assert listed.status_code == 200, listed.text
         assert invalid_fields(next(s for s in listed.json() if s["name"] == "bad-cron"))
+        for item in listed.json():  # every row, bad ones too, as the OpenAPI document says
+            ScheduleOut.model_validate(item)
         for name in ["start-year-20000", "huge-interval", "bad-cron-days", "deeper-than-decoders"]:
             path = f"/api/v1/schedules/{quote(name, safe='')}"
             assert http.get(path, headers=ADMIN).status_code == 200, name
@@ -227,9 +235,11 @@ def test_the_api_and_the_console_answer(beat: DurableBeat) -> None:
         console = http.post("/login", data=data, follow_redirects=True)
         assert console.status_code == 200, console.text
         assert "bad-cron" in console.text
+        assert "invalid</span>" in console.text  # the list marks the rows
         for name in ["bad-cron", "huge-expires", "no-task", "zone-folder"]:
             page = http.get(f"/schedules/{quote(name, safe='')}")
             assert page.status_code == 200, (name, page.text)
+            assert "Stored values that cannot be shown" in page.text, name
 
 
 def test_cli_list_and_show_answer(tmp_path: Path, store_url: str) -> None:
