@@ -193,7 +193,7 @@ def _interval_from_seconds(seconds: int | float) -> IntervalSpec:
         raise SpecError(f"an interval of {seconds!r} s is not a number; give e.g. 30")
     if seconds > SECONDS_MAX:
         raise SpecError(_too_long(f"an interval of {show_number(seconds)} s"))
-    every_ms = round(seconds * 1000)
+    every_ms = round(seconds * 1000) if seconds > 0 else 0  # -1e308 * 1000 is -inf
     if every_ms < 1:
         shown = show_number(seconds)
         raise SpecError(f"an interval of {shown} s is not positive; give at least 0.001")

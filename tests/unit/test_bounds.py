@@ -170,6 +170,7 @@ def test_the_last_ticks_before_the_end_of_time_are_enumerated_and_planned() -> N
         ({"schedule": "@every 1h", "expires": -(10**400)}, "expires", "is not positive"),
         ({"schedule": 10**400}, "schedule", "an interval of (a 1329-bit number) s is longer"),
         ({"schedule": -(10**400)}, "schedule", "(a 1329-bit number) s is not positive"),
+        ({"schedule": -1e308}, "schedule", "an interval of -1e+308 s is not positive"),
         ({"schedule": "@every:9223372036854775808"}, "schedule", "longer than 100 years"),
         ({"schedule": "@every:" + "9" * 5000}, "schedule", "the interval is longer than 100"),
         ({"schedule": "@every 1h", "kwargs": {"a": _nested(1000)}}, "kwargs", "deeper than 32"),
