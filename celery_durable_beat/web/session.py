@@ -136,7 +136,8 @@ class SignInThrottle:
             count, last = self._failures.get(address, (0, 0.0))
         if count <= FREE_FAILURES:
             return 0.0
-        due = last + min(2.0 ** (count - FREE_FAILURES - 1), LONGEST_WAIT)
+        doublings = min(count - FREE_FAILURES - 1, 10)  # 2**10 s > LONGEST_WAIT; no overflow
+        due = last + min(2.0**doublings, LONGEST_WAIT)
         return max(0.0, due - self._clock())
 
     def failed(self, address: str) -> None:

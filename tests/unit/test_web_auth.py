@@ -13,6 +13,7 @@ from celery_durable_beat.web.auth import NoTokens, ShortToken, Tokens, allows, b
 from celery_durable_beat.web.limits import NoQueryInAccessLog
 from celery_durable_beat.web.session import (
     FREE_FAILURES,
+    LONGEST_WAIT,
     SESSION_TTL,
     Sessions,
     SignInThrottle,
@@ -134,6 +135,16 @@ def test_sign_in_failures_are_slowed_per_address_without_sleeping() -> None:
     assert throttle.wait("10.0.0.1") == 2.0  # doubling
     throttle.succeeded("10.0.0.1")
     assert throttle.wait("10.0.0.1") == 0
+
+
+def test_a_patient_guesser_waits_at_most_the_longest_wait() -> None:
+    clock = Clock()
+    throttle = SignInThrottle(clock=clock)
+    for _ in range(2000):  # one failure every 15 min for three weeks: never forgotten
+        throttle.failed("10.0.0.9")
+        clock.now += LONGEST_WAIT
+    throttle.failed("10.0.0.9")
+    assert throttle.wait("10.0.0.9") == LONGEST_WAIT  # it overflowed a float past 1,024
 
 
 def test_settings_read_tokens_from_config_and_the_environment_wins() -> None:
