@@ -22,7 +22,6 @@ fields of SPEC §8.
 from __future__ import annotations
 
 import builtins
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -37,15 +36,13 @@ from celery_durable_beat.celery_config import app_defaults, translate_entry
 from celery_durable_beat.clock import datetime_to_ms
 from celery_durable_beat.control.details import schedule_detail, upcoming
 from celery_durable_beat.control.lookups import (
-    BODY_KEY,
-    body_digest,
     check_name,
     config_owned,
     refuse_archived,
-    refuse_other_body,
     refuse_unplannable,
     shown_of,
 )
+from celery_durable_beat.control.manual import run_now
 from celery_durable_beat.control.views import (
     EventView,
     HistoryPage,
@@ -64,25 +61,20 @@ from celery_durable_beat.control.views import (
 )
 from celery_durable_beat.exceptions import (
     InvalidArgument,
-    PublishFailed,
     ScheduleNotFound,
 )
-from celery_durable_beat.ids import format_tick_instant, manual_task_id, tick_task_id
-from celery_durable_beat.message import TickMessage, build_message
+from celery_durable_beat.ids import format_tick_instant, tick_task_id
 from celery_durable_beat.model import (
     Definition,
-    Outcome,
     ScheduleState,
     Source,
     StateReason,
-    Trigger,
 )
 from celery_durable_beat.policy import due_ms, first_tick, first_tick_ms
 from celery_durable_beat.publish.base import Publisher
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import (
-    AuditEvent,
     ControlStore,
     LeaderInfo,
     ScheduleRecord,
@@ -432,50 +424,8 @@ class DurableBeat:
         (field ``kwargs``), since replaying it would silently drop the new ones. Raises
         PublishFailed when the broker refuses the message.
         """
-        overrides = _check_kwargs(kwargs)
         record = self._require(name)
-        refuse_unplannable(record, "run")
-        task_id = manual_task_id(record.name, idempotency_key)
-        store = self.store
-        body = None if idempotency_key is None else body_digest(task_id, idempotency_key, overrides)
-        found = store.find_enqueued(task_id)
-        if found is not None:
-            refuse_other_body(found.detail, body)
-            return TriggerResult(task_id, created=False)
-        message = build_message(
-            record.name, record.definition, store.now_ms(), task_id, Trigger.MANUAL, overrides
-        )
-        with self.publisher.session() as session:
-            reason = session.publish(message) or session.confirm()  # delivered, not buffered
-        outcome = Outcome.ENQUEUED if reason is None else Outcome.FAILED
-        detail = {} if body is None else {BODY_KEY: body}
-        self._record_manual(
-            record, message, outcome, None if reason is None else reason.value, detail
-        )
-        if reason is not None:
-            raise PublishFailed(record.name, reason.value)
-        return TriggerResult(task_id, created=True)
-
-    def _record_manual(
-        self,
-        record: ScheduleRecord,
-        message: TickMessage,
-        outcome: Outcome,
-        reason: str | None,
-        detail: Mapping[str, Any],
-    ) -> None:
-        event = AuditEvent(
-            schedule=record.name,
-            tick_ms=message.tick_ms,
-            task_id=message.task_id,
-            trigger=Trigger.MANUAL,
-            outcome=outcome,
-            reason=reason,
-            lag_ms=0,
-            version=record.version,
-            detail=detail,
-        )
-        self.store.record_manual(event)  # outside the fence by design (AdminStore rule 10)
+        return run_now(self.store, self.publisher, record, kwargs, idempotency_key)
 
 
 # -- helpers (pure) ---------------------------------------------------------------------------
@@ -490,17 +440,3 @@ def _check_range(label: str, value: object, bounds: Sequence[int]) -> None:
     low, high = bounds
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InvalidArgument(f"{label} must be a whole number from {low} to {high}; got {value!r}")
-
-
-def _check_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
-    if kwargs is None:
-        return {}
-    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
-        raise InvalidArgument('kwargs must be an object with string keys, e.g. {"day": "x"}')
-    try:
-        json.dumps(kwargs, allow_nan=False)
-    except (TypeError, ValueError):
-        raise InvalidArgument(
-            "kwargs must hold only JSON values (strings, numbers, booleans, null, lists, objects)"
-        ) from None
-    return dict(kwargs)

@@ -5,12 +5,6 @@
   found" without a query. Other names outside SPEC §2's bounds (a newline, a tab) are looked up:
   validation refuses them now, but a row an older version stored must still be shown, paused,
   archived and deleted.
-- **An idempotency key reused with other kwargs is refused.** Replaying the first run would
-  silently drop the new kwargs (SPEC §9: 422 ``invalid``). The manual run's ``enqueued`` record
-  keeps a digest of its kwargs in ``detail`` (``BODY_KEY``), salted with the key, which history
-  never shows: a digest of unsalted kwargs would let a reader of history guess a short secret.
-  Held in the store, the refusal holds across ``serve`` processes and restarts; a run recorded
-  by an older version has no digest and is replayed, as before.
 - **A row that cannot be planned is not resumed or run.** Its stored definition cannot be read,
   or its schedule or zone cannot be planned (``control/shown.py``): resuming or triggering it
   would plan from a stand-in, so the answer is a conflict that says how to repair it.
@@ -18,13 +12,8 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping
-from typing import Any
-
 from celery_durable_beat.control.shown import NAME_MAX, Shown
-from celery_durable_beat.exceptions import InvalidArgument, ScheduleConflict, ScheduleNotFound
+from celery_durable_beat.exceptions import ScheduleConflict, ScheduleNotFound
 from celery_durable_beat.model import ScheduleState, Source
 from celery_durable_beat.store.base import ScheduleRecord
 
@@ -71,28 +60,4 @@ def config_owned(name: str) -> ScheduleConflict:
     return ScheduleConflict(
         f'schedule "{name}" comes from beat_schedule (source config); change it '
         "in the config, or delete it here first to manage it through the API"
-    )
-
-
-BODY_KEY = "kwargs_digest"
-"""The key of a manual run's kwargs digest in its ``enqueued`` record's ``detail``."""
-
-
-def body_digest(task_id: str, idempotency_key: str, kwargs: Mapping[str, Any] | None) -> str:
-    """The identity of a manual run's kwargs: the same kwargs in any key order give the same
-    digest; salted with the idempotency key (module docstring)."""
-    canonical = json.dumps(kwargs or {}, sort_keys=True, separators=(",", ":"), default=str)
-    material = "\x00".join((task_id, idempotency_key, canonical))
-    return hashlib.sha256(material.encode()).hexdigest()
-
-
-def refuse_other_body(detail: Mapping[str, Any], body: str | None) -> None:
-    """``InvalidArgument`` when the recorded run of this key was sent with other kwargs."""
-    first = detail.get(BODY_KEY)
-    if body is None or first is None or first == body:
-        return
-    raise InvalidArgument(
-        "this idempotency key was used for a run with other kwargs; give a new key for new "
-        "kwargs, or the same kwargs to replay that run",
-        field="kwargs",
     )
