@@ -11,7 +11,8 @@ The CLI, the HTTP API and user code all call this class, so the rules live here 
   the same way.
 - **Manual runs do not move the schedule.** ``trigger`` publishes one tick with trigger
   ``manual`` and a task id derived from the idempotency key; a key seen before returns the first
-  run's task id with ``created`` false and publishes nothing.
+  run's task id with ``created`` false and publishes nothing, and is refused with other kwargs
+  (``control/manual.py``).
 - **The store's clock.** "Now" is the database's ``now_ms()``, as for the leader; read-only
   methods that look ahead take an explicit ``after`` so callers (and tests) control time.
 
