@@ -42,7 +42,7 @@ from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.store.tables import audit, schedules
 from celery_durable_beat.web import create_app
 from tests.conftest import PG_ADMIN_URL
-from tests.support.entries import any_entries, names
+from tests.support.entries import cases
 from tests.support.webserver import running
 
 pytestmark = pytest.mark.integration
@@ -202,8 +202,9 @@ def check_cases(
         deadline=None,
         suppress_health_check=_HEALTH,
     )
-    @given(names, any_entries)
-    def check(name: str, entry: Any) -> None:
+    @given(cases)
+    def check(case: tuple[str, Any]) -> None:
+        name, entry = case
         counts["drawn"] += 1
         if not validated(beat, name, entry):
             counts["refused"] += 1

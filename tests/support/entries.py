@@ -323,4 +323,74 @@ plausible_entries = st.fixed_dictionaries(
 )
 """An entry close to valid, with a few values at an edge: what validation most often accepts, so
 the read surfaces see many accepted edge values."""
-any_entries = st.one_of(plausible_entries, entries)
+# -- mostly valid: every value inside the bounds, many of them at the bounds ------------------
+_valid_json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**53), 2**53),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=20),
+    st.sampled_from(["{{scheduled_for}}", "{{scheduled_for_ms}}", "\x00", "x" * 60_000]),
+)
+_valid_json = st.recursive(
+    _valid_json_leaf,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+_bounded_seconds = st.one_of(
+    st.integers(0, int(HUNDRED_YEARS_S)),
+    st.floats(0, HUNDRED_YEARS_S),
+    st.sampled_from([0, 1, int(HUNDRED_YEARS_S), HUNDRED_YEARS_S, timedelta(days=36_525)]),
+)
+_bounded_instants = st.datetimes(
+    min_value=datetime(1900, 1, 2), max_value=datetime(9999, 12, 30)
+).flatmap(lambda naive: _offsets.map(lambda tz: naive.replace(tzinfo=tz).isoformat()))
+valid_names = st.text(
+    st.characters(codec="utf-8", exclude_categories=["Cc", "Cs"]), min_size=1, max_size=200
+)
+"""Names inside the bounds (unicode, ``/``, spaces, up to 200 characters); a rare one ending in
+an action suffix is refused."""
+valid_entries = st.fixed_dictionaries(
+    {
+        "task": st.sampled_from(["proj.tasks.cleanup", "proj.report", "日本.タスク"]),
+        "schedule": st.one_of(
+            st.sampled_from(
+                ["0 3 * * *", "*/10 * * * * *", "@every 30s", "@daily", "0 0 29 2 *", 0.001]
+            ),
+            cron_tz_strings,
+            st.integers(1, int(HUNDRED_YEARS_S)),
+            st.floats(0.001, HUNDRED_YEARS_S),
+            st.timedeltas(min_value=timedelta(milliseconds=1), max_value=timedelta(days=36_525)),
+        ),
+    },
+    optional={
+        "args": st.lists(_valid_json, max_size=3),
+        "kwargs": st.dictionaries(st.text(max_size=10), _valid_json, max_size=3),
+        "options": st.sampled_from([{}, {"queue": "celery"}, {"priority": 9}]),
+        "max_lateness": _bounded_seconds,
+        "jitter": _bounded_seconds,
+        "expires": st.one_of(
+            st.integers(1, int(HUNDRED_YEARS_S)),
+            st.floats(0.001, HUNDRED_YEARS_S),
+            st.just("next_tick"),
+        ),
+        "description": st.text(max_size=50),
+        "start_at": _bounded_instants,
+        "end_at": _bounded_instants,
+        "missed": st.sampled_from(["skip", "run_once", "backfill"]),
+        "overlap": st.sampled_from(["allow", "skip", "replace", "buffer_one"]),
+        "enabled": st.booleans(),
+    },
+)
+"""Entries whose every value lies inside SPEC §2's bounds, many at a bound (100 years, years 1900
+and 9999, offsets of ±14 h, 60,000-character strings): most are accepted (a few are refused, e.g.
+an ``end_at`` before ``start_at``), so the read surfaces see many accepted edge values."""
+cases = st.one_of(
+    st.tuples(valid_names, valid_entries),
+    st.tuples(valid_names, plausible_entries),
+    st.tuples(names, entries),
+)
+"""(name, entry) pairs: a third inside the bounds (mostly accepted, at the bounds), a third close
+to valid with values at an edge, a third anything at all (mostly refused)."""

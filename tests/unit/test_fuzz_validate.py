@@ -19,7 +19,6 @@ from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from celery_durable_beat.celery_config import translate_entry
 from celery_durable_beat.exceptions import ConfigError
@@ -30,7 +29,7 @@ from celery_durable_beat.schedules.describe import describe, describe_bounds
 from celery_durable_beat.schedules.render import render, tick_isoformat
 from celery_durable_beat.schedules.spec import spec_from_json, spec_to_json
 from celery_durable_beat.schedules.validate import EntryDefaults, validate_entry
-from tests.support.entries import any_entries, names
+from tests.support.entries import cases
 
 pytestmark = pytest.mark.unit
 
@@ -81,8 +80,9 @@ def check_cases(max_examples: int, derandomize: bool) -> Callable[[], Counter[st
         deadline=None,
         suppress_health_check=_HEALTH,
     )
-    @given(names, st.one_of(any_entries))
-    def check(name: str, entry: object) -> None:
+    @given(cases)
+    def check(case: tuple[str, object]) -> None:
+        name, entry = case
         counts["drawn"] += 1
         definition = validated(name, entry)
         if definition is None:
