@@ -53,6 +53,11 @@ def name_problem(name: object) -> str | None:
             "remove newlines, tabs, NUL and other control characters"
         )
     folded = name.lower()
+    if len(folded) > NAME_MAX:  # e.g. "İ" lower-cases to two characters
+        return (
+            f"the name's lower-case form has {len(folded)} characters (names compare "
+            f"case-insensitively); shorten it to at most {NAME_MAX} in that form"
+        )
     suffix = next((s for s in RESERVED_SUFFIXES if folded.endswith(s)), None)
     if suffix is not None:
         return (

@@ -257,3 +257,14 @@ def test_cli_list_and_show_answer(tmp_path: Path, store_url: str) -> None:
     assert invalid_fields(project.ok_json("show", "huge-interval")) >= {"schedule", "next"}
     assert project.ok_json("next", "no-zone") == []
     project.store.close()
+
+
+def test_the_name_filter_compares_names_as_keys_do(beat: DurableBeat) -> None:
+    """The console's filter (``page``) lower-cases as names compare everywhere else (Python's
+    ``str.lower``): the database's ``lower()`` left "İ" as it was (SQLite folds ASCII only)."""
+    beat.upsert("İstanbul-report", {"task": "proj.t", "schedule": "@every 1h"})
+    for needle in ("İstanbul", "i̇stanbul", "STANBUL-REP", "report"):
+        found = [view.name for view in beat.page(needle).schedules]
+        assert found == ["İstanbul-report"], (needle, found)
+    assert [view.name for view in beat.page("İ").schedules] == ["İstanbul-report"]
+    assert beat.page("%").schedules == ()

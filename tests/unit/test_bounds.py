@@ -224,6 +224,7 @@ def test_show_number_quotes_scalars_and_names_the_rest() -> None:
         ("a\x85b", "the control character '\\x85'"),
         *[(f"x{suffix}", f'ends in "{suffix}"') for suffix in RESERVED_SUFFIXES],
         ("x/Enqueue-Events", 'ends in "/enqueue-events"'),
+        ("İ" * 101, "lower-case form has 202 characters"),  # the store's key column holds 200
     ],
 )
 def test_names_outside_the_bounds_are_refused(name: str, words: str) -> None:
@@ -231,7 +232,7 @@ def test_names_outside_the_bounds_are_refused(name: str, words: str) -> None:
 
 
 def test_names_that_only_contain_an_action_word_are_kept() -> None:
-    for name in ("pause", "x/pause/daily", "x/paused", "ünïcode name", "x" * NAME_MAX):
+    for name in ("pause", "x/pause/daily", "x/paused", "ünïcode name", "x" * NAME_MAX, "İ" * 100):
         assert validate_entry(name, {"task": "t", "schedule": "@every 1h"}).name == name
 
 

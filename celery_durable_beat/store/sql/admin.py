@@ -97,7 +97,9 @@ def page_schedules(
     """See ``Store.page_schedules``: the page and the matching count, two bounded statements."""
     where = []
     if contains:
-        where.append(func.lower(schedules.c.name).contains(contains.lower(), autoescape=True))
+        # The stored key, lower-cased by Python as every key is (``ids.name_key``): the
+        # database's lower() differs for some letters ("İ"), and SQLite's folds ASCII only.
+        where.append(schedules.c.name_key.contains(name_key(contains), autoescape=True))
     if state is not None:
         where.append(schedules.c.state == state.value)
     matched = conn.execute(select(func.count()).select_from(schedules).where(*where)).scalar()
