@@ -53,7 +53,9 @@ class Project:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         env = {**os.environ, "PYTHONPATH": str(self.folder)}
-        env.pop("DURABLE_BEAT_URL", None)  # the app's durable_beat_url is the one under test
+        # The app's durable_beat_url and durable_beat_api_tokens are the ones under test.
+        env.pop("DURABLE_BEAT_URL", None)
+        env.pop("DURABLE_BEAT_API_TOKENS", None)
         return subprocess.run(
             [sys.executable, "-m", "celery", "-A", "proj", "durable-beat", *args],
             cwd=self.folder,

@@ -22,7 +22,7 @@ import pytest
 from celery_durable_beat import DurableBeat
 from celery_durable_beat.celery_config import definitions_from_app
 from celery_durable_beat.sync import sync_definitions
-from tests.integration.test_cli import write_project
+from tests.integration.test_cli import make_project, write_project
 from tests.support.procs import wait_until
 from tests.support.webserver import free_port
 
@@ -254,17 +254,6 @@ def test_serve_logs_no_token_and_refuses_to_start_without_one(
 
     bare = tmp_path / "bare"
     bare.mkdir()
-    write_project(bare, pg_url)
-    env = {**os.environ, "PYTHONPATH": str(bare)}
-    env.pop("DURABLE_BEAT_API_TOKENS", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "proj", "durable-beat", "serve", "--port", "1"],
-        cwd=bare,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = next(make_project(bare, pg_url)).cli("serve", "--port", "1")
     assert done.returncode == 2, done.stderr
     assert "durable_beat_api_tokens" in done.stderr and "Traceback" not in done.stderr

@@ -31,7 +31,6 @@ import psycopg
 import pytest
 from celery import Celery
 from httpx import Client as Http
-from hypothesis import HealthCheck, given, settings
 from sqlalchemy import create_engine
 
 from celery_durable_beat import DurableBeat
@@ -42,14 +41,13 @@ from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.store.tables import audit, schedules
 from celery_durable_beat.web import create_app
 from tests.conftest import PG_ADMIN_URL
-from tests.support.entries import cases
+from tests.support.entries import count_cases
 from tests.support.webserver import running
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "admin-t0ken-0123456"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 
 
 def _dsn(url: str) -> str:
@@ -193,23 +191,9 @@ def check_cases(
     max_examples: int,
     derandomize: bool,
 ) -> Counter[str]:
-    counts: Counter[str] = Counter()
-
-    @settings(
-        max_examples=max_examples,
-        derandomize=derandomize,
-        database=None,
-        deadline=None,
-        suppress_health_check=_HEALTH,
-    )
-    @given(cases)
-    def check(case: tuple[str, Any]) -> None:
-        name, entry = case
-        counts["drawn"] += 1
+    def accepted_and_read(name: str, entry: Any) -> bool:
         if not validated(beat, name, entry):
-            counts["refused"] += 1
-            return
-        counts["accepted"] += 1
+            return False
         empty()
         try:
             assert beat.upsert(name, entry).value == "created"
@@ -217,9 +201,9 @@ def check_cases(
             read_everywhere(beat, http, name)
         finally:
             empty()
+        return True
 
-    check()
-    return counts
+    return count_cases(accepted_and_read, max_examples=max_examples, derandomize=derandomize)
 
 
 def report(

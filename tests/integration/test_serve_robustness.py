@@ -30,7 +30,7 @@ from celery_durable_beat.model import Source
 from celery_durable_beat.sync import sync_definitions
 from celery_durable_beat.web import create_app
 from celery_durable_beat.web.auth import COOKIE
-from tests.integration.test_cli import write_project
+from tests.integration.test_cli import make_project, write_project
 from tests.support.faultproxy import FaultProxy
 from tests.support.procs import wait_until
 from tests.support.webserver import free_port, running
@@ -356,18 +356,8 @@ def test_the_cookie_is_secure_behind_a_named_https_proxy_only(tmp_path: Path, pg
 
 
 def test_serve_refuses_a_short_token_with_one_line(tmp_path: Path, sqlite_url: str) -> None:
-    write_project(tmp_path, sqlite_url, durable_beat_api_tokens={"short": "admin"})
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    env.pop("DURABLE_BEAT_API_TOKENS", None)
-    done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "proj", "durable-beat", "serve", "--port", "1"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    project = next(make_project(tmp_path, sqlite_url, durable_beat_api_tokens={"short": "admin"}))
+    done = project.cli("serve", "--port", "1")
     assert done.returncode == 2, done.stderr
     assert "durable_beat_api_tokens" in done.stderr and "16" in done.stderr
     assert "short" not in done.stderr.replace("shorter", "") and "Traceback" not in done.stderr

@@ -12,10 +12,13 @@ refused by validation; what it accepts must then be readable everywhere (SPEC §
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery.schedules import crontab, schedule, solar
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 ROUTE_SUFFIXES = ("/pause", "/resume", "/trigger", "/archive", "/enqueue-events")
@@ -394,3 +397,30 @@ cases = st.one_of(
 )
 """(name, entry) pairs: a third inside the bounds (mostly accepted, at the bounds), a third close
 to valid with values at an edge, a third anything at all (mostly refused)."""
+
+
+_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+
+
+def count_cases(
+    try_case: Callable[[str, Any], bool], *, max_examples: int, derandomize: bool
+) -> Counter[str]:
+    """Draw ``max_examples`` of ``cases`` (derandomized: the same ones on every machine; never
+    an example database) and give each to ``try_case``, which returns whether validation
+    accepted it (and then reads it); the counts of drawn, accepted and refused cases."""
+    counts: Counter[str] = Counter()
+
+    @settings(
+        max_examples=max_examples,
+        derandomize=derandomize,
+        database=None,
+        deadline=None,
+        suppress_health_check=_HEALTH,
+    )
+    @given(cases)
+    def check(case: tuple[str, Any]) -> None:
+        counts["drawn"] += 1
+        counts["accepted" if try_case(*case) else "refused"] += 1
+
+    check()
+    return counts

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 
 from celery_durable_beat.celery_config import translate_entry
 from celery_durable_beat.exceptions import ConfigError
@@ -29,13 +27,12 @@ from celery_durable_beat.schedules.describe import describe, describe_bounds
 from celery_durable_beat.schedules.render import render, tick_isoformat
 from celery_durable_beat.schedules.spec import spec_from_json, spec_to_json
 from celery_durable_beat.schedules.validate import EntryDefaults, validate_entry
-from tests.support.entries import cases
+from tests.support.entries import count_cases
 
 pytestmark = pytest.mark.unit
 
 NOW_MS = 1_780_000_000_000  # 2026-05-28: "now" for the first tick and the next ones
 DEFAULTS = EntryDefaults(tz="Europe/Berlin")
-_HEALTH = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 
 
 def validated(name: str, entry: object) -> Definition | None:
@@ -70,32 +67,12 @@ def read_everything(definition: Definition) -> None:
             render(dict(definition.kwargs), tick, tz)
 
 
-def check_cases(max_examples: int, derandomize: bool) -> Callable[[], Counter[str]]:
-    counts: Counter[str] = Counter()
-
-    @settings(
-        max_examples=max_examples,
-        derandomize=derandomize,
-        database=None,
-        deadline=None,
-        suppress_health_check=_HEALTH,
-    )
-    @given(cases)
-    def check(case: tuple[str, object]) -> None:
-        name, entry = case
-        counts["drawn"] += 1
-        definition = validated(name, entry)
-        if definition is None:
-            counts["refused"] += 1
-            return
-        counts["accepted"] += 1
-        read_everything(definition)
-
-    def run() -> Counter[str]:
-        check()
-        return counts
-
-    return run
+def accepted_and_read(name: str, entry: object) -> bool:
+    definition = validated(name, entry)
+    if definition is None:
+        return False
+    read_everything(definition)
+    return True
 
 
 def report(capsys: pytest.CaptureFixture[str], what: str, counts: Counter[str]) -> None:
@@ -106,7 +83,7 @@ def report(capsys: pytest.CaptureFixture[str], what: str, counts: Counter[str]) 
 def test_what_validation_accepts_is_described_and_planned_without_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    counts = check_cases(max_examples=300, derandomize=True)()
+    counts = count_cases(accepted_and_read, max_examples=300, derandomize=True)
     report(capsys, "validate (derandomized)", counts)
     assert counts["accepted"] and counts["refused"]
 
@@ -116,6 +93,6 @@ def test_what_validation_accepts_is_described_and_planned_without_error(
 def test_what_validation_accepts_is_described_and_planned_without_error_long(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    counts = check_cases(max_examples=5000, derandomize=False)()
+    counts = count_cases(accepted_and_read, max_examples=5000, derandomize=False)
     report(capsys, "validate (random)", counts)
     assert counts["accepted"] and counts["refused"]
