@@ -20,9 +20,7 @@ the stored one is not a zone; the problem quotes the stored one).
 
 from __future__ import annotations
 
-import json
 import math
-import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -32,9 +30,10 @@ from croniter import croniter
 
 from celery_durable_beat.exceptions import OccurrenceSearchError
 from celery_durable_beat.schedules import bounds
-from celery_durable_beat.schedules.dst import zone
 from celery_durable_beat.schedules.render import tick_isoformat
 from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, ScheduleSpec
+from celery_durable_beat.schedules.validate import zone_problem
+from celery_durable_beat.schedules.values import value_problem
 
 T = TypeVar("T")
 
@@ -46,8 +45,6 @@ FIRST_MS = bounds.FIRST_MS
 END_MS = bounds.LAST_MS + 1
 """10000-01-01T00:00:00Z: no instant at or after it is shown (SPEC §2 bounds)."""
 MAX_SECONDS = bounds.SECONDS_MAX
-MAX_DEPTH = bounds.ARGS_DEPTH_MAX
-MAX_BYTES = bounds.ARGS_BYTES_MAX
 """The bounds validation holds definitions to (``schedules/bounds.py``): a stored value past
 them is shown as invalid."""
 
@@ -74,28 +71,6 @@ class FieldProblem:
         return {"field": self.field, "problem": self.problem}
 
 
-def name_problem(name: object) -> str | None:
-    """Why ``name`` cannot be a schedule's name (SPEC §2 bounds), or None when it can be."""
-    if not isinstance(name, str) or not name:
-        return "the name is empty"
-    if len(name) > NAME_MAX:
-        return f"the name has {len(name)} characters; at most {NAME_MAX}"
-    if any(unicodedata.category(char) == "Cc" for char in name):
-        return "the name holds a control character (such as NUL, a newline or a tab)"
-    return None
-
-
-def zone_problem(tz: object) -> str | None:
-    """Why ``tz`` is not a time zone this host can read, or None when it is."""
-    if not isinstance(tz, str):
-        return f"the zone {tz!r} is not text"
-    try:
-        zone(tz)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return f"{tz!r} is not an IANA time zone"
-    return None
-
-
 def spec_problem(spec: ScheduleSpec) -> str | None:
     """Why a stored schedule spec cannot be planned, or None when it can be."""
     if isinstance(spec, IntervalSpec):
@@ -117,38 +92,12 @@ def _cron_problem(spec: CronSpec) -> str | None:
     return None
 
 
-def payload_problem(value: object) -> str | None:
-    """Why stored args, kwargs or options cannot be shown, or None when they can be.
-
-    The depth is measured without recursion, before anything walks the value recursively
-    (redaction, JSON encoding), so a value nested a thousand deep costs no ``RecursionError``.
-    """
-    if _depth(value) > MAX_DEPTH:
-        return f"nested more than {MAX_DEPTH} levels deep"
-    try:
-        size = len(json.dumps(value, allow_nan=False).encode())
-    except (TypeError, ValueError):
-        return "holds a value that is not JSON (such as NaN or infinity)"
-    if size > MAX_BYTES:
-        return f"{size} bytes as JSON; at most {MAX_BYTES}"
-    return None
-
-
-def _depth(value: object) -> int:
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, level = stack.pop()
-        if isinstance(item, dict):
-            children: list[Any] = list(item.values())
-        elif isinstance(item, (list, tuple)):
-            children = list(item)
-        else:
-            continue
-        deepest = max(deepest, level)
-        if deepest > MAX_DEPTH:
-            break
-        stack.extend((child, level + 1) for child in children)
-    return deepest
+def payload_problem(value: object, field: str = "the value") -> str | None:
+    """Why stored args, kwargs or options cannot be shown, or None when they can be: the check
+    validation makes (``schedules/values.py``), which measures the depth without recursion
+    before anything walks the value, so a value nested a thousand deep costs no
+    ``RecursionError``."""
+    return value_problem(field, value)
 
 
 def seconds_problem(value: object) -> str | None:
@@ -207,9 +156,9 @@ class Shown:
 
     def payload(self, field: str, value: T, empty: T) -> T:
         """Stored args, kwargs or options as they are, or ``empty`` (and a problem)."""
-        problem = payload_problem(value)
+        problem = payload_problem(value, f"the stored {field}")
         if problem is not None:
-            self.add(field, f"the stored {field} are {problem}")
+            self.add(field, problem)
             return empty
         return value
 

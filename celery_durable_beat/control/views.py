@@ -15,10 +15,11 @@ from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from celery_durable_beat.control.shown import INVALID, FieldProblem, Shown, name_problem
+from celery_durable_beat.control.shown import INVALID, FieldProblem, Shown
 from celery_durable_beat.exceptions import InvalidArgument
 from celery_durable_beat.ids import format_tick_instant
 from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition, ScheduleState
+from celery_durable_beat.schedules.bounds import name_problem
 from celery_durable_beat.store.base import ScheduleRecord, StoredEvent
 
 _CURSOR_PREFIX = "h1."

@@ -11,13 +11,13 @@ import pytest
 from celery_durable_beat.cli.format import printable
 from celery_durable_beat.control.shown import (
     Shown,
-    name_problem,
     payload_problem,
     seconds_problem,
     zone_problem,
 )
 from celery_durable_beat.control.views import decode_cursor
 from celery_durable_beat.exceptions import InvalidArgument
+from celery_durable_beat.schedules.bounds import name_problem
 from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec
 from celery_durable_beat.store.decode import UNREADABLE_TASK, decode_definition
 
