@@ -30,6 +30,7 @@ from celery_durable_beat.model import Source
 from celery_durable_beat.sync import sync_definitions
 from celery_durable_beat.web import create_app
 from celery_durable_beat.web.auth import COOKIE
+from celery_durable_beat.web.session import SignInThrottle
 from tests.integration.test_cli import make_project, write_project
 from tests.support.faultproxy import FaultProxy
 from tests.support.procs import wait_until
@@ -230,7 +231,16 @@ def test_sign_out_ends_the_session_on_the_server_and_sign_in_rotates_csrf(client
     assert client.get("/", headers=jar(second)).status_code == 200  # only that session ended
 
 
-def test_failed_sign_ins_are_slowed_per_address_with_429(client: Http) -> None:
+def test_failed_sign_ins_are_slowed_per_address_with_429(beat: DurableBeat) -> None:
+    app = create_app(beat)
+    # A stopped clock: the 1 s wait after the sixth failure never runs out while this test
+    # signs in, however slow the machine (the waits' lengths are unit-tested on a fake clock).
+    app.state.throttle = SignInThrottle(clock=lambda: 1_000.0)
+    with running(app) as http:
+        check_throttled(stateless(http))
+
+
+def check_throttled(client: Http) -> None:
     statuses = [sign_in_answer(client, "wrong-token-0123456789").status_code for _ in range(7)]
     assert statuses[:6] == [401] * 6 and statuses[6] == 429, statuses
     late = sign_in_answer(client, OPERATOR)  # even the right token waits: no guessing meanwhile
