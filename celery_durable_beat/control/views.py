@@ -281,6 +281,7 @@ def schedule_view(record: ScheduleRecord) -> ScheduleView:
         shown.add("name", name_error)
     next_ms = record.next_tick_ms if record.state is ScheduleState.ACTIVE else None
     next_tick = shown.instant("next_tick", next_ms)
+    last_tick = shown.instant("last_tick_ms", record.last_tick_ms)
     return ScheduleView(
         name=record.name,
         task=shown.text("task", d.task) if readable else INVALID,
@@ -295,7 +296,7 @@ def schedule_view(record: ScheduleRecord) -> ScheduleView:
         source=record.source.value,
         next_tick=next_tick,
         next_tick_ms=None if next_tick is None else next_ms,
-        last_tick_ms=record.last_tick_ms,
+        last_tick_ms=None if last_tick is None else record.last_tick_ms,
         last_outcome=None if record.last_outcome is None else record.last_outcome.value,
         start_at=shown.instant("start_at", d.start_at_ms),
         end_at=shown.instant("end_at", d.end_at_ms),

@@ -143,6 +143,8 @@ def test_list_names_each_bad_field_and_shows_the_rest(beat: DurableBeat) -> None
     assert invalid_fields(shown["new\nline"]) == {"name"}
     assert shown["start-year-20000"]["start_at"] is None
     assert shown["huge-expires"]["expires"] is None
+    assert shown["huge-expires"]["last_tick_ms"] is None  # a last tick past the years shown
+    assert "last_tick_ms" in invalid_fields(shown["huge-expires"])
     json.dumps(list(shown.values()), allow_nan=False)  # what the API sends
 
 
@@ -256,6 +258,7 @@ def test_cli_list_and_show_answer(tmp_path: Path, store_url: str) -> None:
     assert "invalid: definition:" in shown
     assert invalid_fields(project.ok_json("show", "huge-interval")) >= {"schedule", "next"}
     assert project.ok_json("next", "no-zone") == []
+    assert "invalid: last_tick_ms:" in project.ok_text("show", "huge-expires")  # it raised
     project.store.close()
 
 
