@@ -59,6 +59,12 @@ from celery_durable_beat.celery_message import shown_reprs
 from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.message import TickMessage, tick_headers
 from celery_durable_beat.model import Action, Reason
+from celery_durable_beat.publish.redis_wire import (
+    Command,
+    WireRefused,
+    WireTemplate,
+    new_delivery_tag,
+)
 from celery_durable_beat.publish.send_task import CelerySession, own_apply_async
 
 log = logging.getLogger("celery_durable_beat.publish")
@@ -108,13 +114,15 @@ class MessageTemplate:
         )
         self.embed = body[2]
         self.ignore_result = bool(wire["headers"].get("ignore_result"))
+        self.wire_commands: WireTemplate | None = None
+        """Its final Redis commands, when they proved repeatable (``redis_wire``)."""
 
     def render(self, message: TickMessage, reprs: tuple[str, str]) -> dict[str, Any] | None:
         """The kombu message of ``message`` as ``send_task`` would hand it to the batch now;
         None when its expiry lies in the past (``send_task`` logs a warning then: let it)."""
         headers = dict(self.wire["headers"])
         properties = dict(self.wire["properties"])
-        expires, expiration = self._expiry(message.options.get("expires"))
+        expires, expiration = self.expiry(message.options.get("expires"))
         if expiration is not None:
             if expiration < 0:
                 return None
@@ -147,7 +155,7 @@ class MessageTemplate:
             "properties": properties,
         }
 
-    def _expiry(self, expires: Any) -> tuple[str | None, float | None]:
+    def expiry(self, expires: Any) -> tuple[str | None, float | None]:
         """``(expires header, expiration seconds)`` as ``send_task`` / ``as_task_v2`` set them."""
         if expires is None:
             return None, None
@@ -170,7 +178,8 @@ class MessageTemplate:
 class TemplatedRedisSession(CelerySession):
     """``CelerySession`` whose repeated ticks skip ``send_task`` (see the module docstring).
 
-    ``templated`` counts ticks published from a template, ``sent`` those through ``send_task``.
+    ``templated`` counts ticks published from a template, ``sent`` those through ``send_task``,
+    ``wired`` the templated ones written as Redis commands directly (``redis_wire``).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -178,8 +187,13 @@ class TemplatedRedisSession(CelerySession):
         self.templates: dict[str, MessageTemplate | None] = {}
         self.templated = 0
         self.sent = 0
+        self.wired = 0
         self._on_task_call: Callable[[Any, str], Any] | None = None
         self._shown: dict[str, tuple[str, str]] = {}
+        self._pipeline: Any = None
+        # Payloads for one list, written as one multi-value LPUSH (``_write_pushes``).
+        self._push_key: str | None = None
+        self._pushes: list[str] = []
 
     def publish(self, message: TickMessage) -> Reason | None:
         key = template_key(message)
@@ -194,12 +208,16 @@ class TemplatedRedisSession(CelerySession):
 
     def _publish_from(self, template: MessageTemplate, message: TickMessage) -> Reason | None:
         try:
-            wire = template.render(message, self._reprs(message))
-            if wire is None:
-                return self._send_task(message)
-            if not template.ignore_result and self._on_task_call is not None:
-                self._on_task_call(self.producer, message.task_id)
-            self.batch.state.publish(self.producer.channel, wire, **template.publish_kwargs)
+            if template.wire_commands is not None:
+                written = self._write(template, template.wire_commands, message)
+                if not written:
+                    return self._send_task(message)
+            else:
+                wire = template.render(message, self._reprs(message))
+                if wire is None:
+                    return self._send_task(message)
+                self._before_publish(template, message)
+                self.batch.state.publish(self.producer.channel, wire, **template.publish_kwargs)
         except self._connection_errors:
             return self._send_task(message)  # kombu's retry policy applies there
         except Exception as exc:
@@ -208,7 +226,84 @@ class TemplatedRedisSession(CelerySession):
         self.templated += 1
         return None
 
+    def _before_publish(self, template: MessageTemplate, message: TickMessage) -> None:
+        if not template.ignore_result and self._on_task_call is not None:
+            self._on_task_call(self.producer, message.task_id)
+
+    def _write(self, template: MessageTemplate, wire: WireTemplate, message: TickMessage) -> bool:
+        """Buffer the tick's commands on the batch's pipeline; False when it expired already
+        (``send_task`` then publishes it as it would, warning included)."""
+        expires, expiration = template.expiry(message.options.get("expires"))
+        if expiration is not None and expiration < 0:
+            return False
+        values = self._tick_values(message, expires, expiration)
+        values[("body", "")] = wire.body(message.args, message.kwargs)
+        values[("properties", "delivery_tag")] = new_delivery_tag()
+        self._before_publish(template, message)
+        payload = wire.payload_of(values)
+        if wire.lpush_key is not None:
+            if wire.lpush_key != self._push_key:
+                self._write_pushes()
+                self._push_key = wire.lpush_key
+            self._pushes.append(payload)
+        else:
+            self._write_pushes()
+            for command in wire.commands_for(payload):
+                self._pipeline.execute_command(*command)
+        self.wired += 1
+        return True
+
+    def _tick_values(
+        self, message: TickMessage, expires: str | None, expiration: float | None
+    ) -> dict[tuple[str, str], Any]:
+        argsrepr, kwargsrepr = self._reprs(message)
+        task_id = message.task_id
+        values: dict[tuple[str, str], Any] = {
+            ("headers", "id"): task_id,
+            ("headers", "root_id"): task_id,
+            ("headers", "argsrepr"): argsrepr,
+            ("headers", "kwargsrepr"): kwargsrepr,
+            ("headers", "expires"): expires,
+            ("properties", "correlation_id"): task_id,
+            ("properties", "argsrepr"): argsrepr,
+            ("properties", "kwargsrepr"): kwargsrepr,
+        }
+        values.update((("headers", k), v) for k, v in tick_headers(message).items())
+        if expiration is not None:
+            values[("properties", "expiration")] = str(int(expiration * 1000))
+        return values
+
+    def _write_pushes(self) -> None:
+        """The buffered payloads of one list as one ``LPUSH`` (oldest first, as separate
+        pushes would leave them), on the batch's pipeline in publish order."""
+        if self._pushes:
+            self._pipeline.execute_command("LPUSH", self._push_key, *self._pushes)
+            self._pushes = []
+        self._push_key = None
+
+    def confirm(self) -> Reason | None:
+        """kombu's batch delivers its pipeline, ours included; if only ticks of ours were
+        buffered since its last flush, kombu has nothing to flush and the pipeline is ours to
+        execute, with the same meaning (a failure is an uncertain delivery)."""
+        self._write_pushes()
+        reason = super().confirm()
+        if reason is not None or self._pipeline is None or not len(self._pipeline):
+            return reason
+        try:
+            self._pipeline.execute()
+        except self._connection_errors as exc:
+            self._pipeline.reset()
+            self.failed = True
+            log.debug(
+                "batch delivery raised %s",
+                cause(exc),
+                extra=log_extra(Action.CONFIRM_FAILED, reason=Reason.BROKER_UNAVAILABLE.value),
+            )
+            return Reason.BROKER_UNAVAILABLE
+        return None
+
     def _send_task(self, message: TickMessage) -> Reason | None:
+        self._write_pushes()  # what was published before goes to the broker before it
         self.sent += 1
         return super().publish(message)
 
@@ -240,6 +335,8 @@ class TemplatedRedisSession(CelerySession):
             return publish(channel, wire, **kwargs)
 
         state.publish = capturing
+        self._write_pushes()
+        before = len(getattr(state.session, "pipeline", None) or ())
         try:
             reason = self._send_task(message)
         finally:
@@ -248,6 +345,7 @@ class TemplatedRedisSession(CelerySession):
             return reason  # no template yet: the next tick of the key tries again
         try:
             self.templates[key] = self._template_of(message, seen)
+            self._learn_wire(self.templates[key], message, seen, before)
         except Exception as exc:  # the tick is out already: templating must never fail the round
             _refuse(message, f"the captured message could not be checked ({cause(exc)})")
             self.templates[key] = None
@@ -281,6 +379,43 @@ class TemplatedRedisSession(CelerySession):
             self._on_task_call = _on_task_call_of(self.app)
         return template
 
+    def _learn_wire(
+        self,
+        template: MessageTemplate | None,
+        message: TickMessage,
+        seen: list[tuple[Any, dict[str, Any], dict[str, Any]]],
+        before: int,
+    ) -> None:
+        """Give ``template`` the commands its ``send_task`` buffered, if they prove repeatable:
+        rendering the captured tick must give the captured envelope byte for byte."""
+        if template is None:
+            return
+        pipeline = getattr(self.batch.state.session, "pipeline", None)
+        if self._pipeline is not None and pipeline is not self._pipeline:
+            return  # (a batch is one pipeline for the session: anything else is not ours)
+        stack = getattr(pipeline, "command_stack", None)
+        if stack is None or len(stack) <= before:
+            return  # flushed meanwhile, or not a redis-py pipeline: kombu's path stays
+        commands: list[Command] = [args for args, _ in stack[before:]]
+        try:
+            wire = WireTemplate(commands, template.serializer, template.embed)
+        except (WireRefused, ValueError, KeyError, TypeError) as exc:
+            _refuse_wire(message, str(exc))
+            return
+        envelope = json.loads(wire.payload)
+        expires = envelope["headers"].get("expires")
+        expiration = envelope["properties"].get("expiration")
+        values = self._tick_values(message, expires, None)
+        if expiration is not None:
+            values[("properties", "expiration")] = expiration
+        values[("body", "")] = wire.body(message.args, message.kwargs)
+        values[("properties", "delivery_tag")] = envelope["properties"]["delivery_tag"]
+        if wire.payload_of(values) != wire.payload:
+            _refuse_wire(message, "rendering the captured tick differs from kombu's envelope")
+            return
+        self._pipeline = pipeline
+        template.wire_commands = wire
+
 
 def template_key(message: TickMessage) -> str | None:
     """The options that make two ticks' messages the same apart from their per-tick fields;
@@ -306,6 +441,16 @@ def _on_task_call_of(app: Any) -> Callable[[Any, str], Any] | None:
     if type(backend).on_task_call is Backend.on_task_call:
         return None
     return backend.on_task_call  # type: ignore[no-any-return]
+
+
+def _refuse_wire(message: TickMessage, why: str) -> None:
+    """Its key's ticks are still templated, through kombu's channel (``MessageTemplate``)."""
+    log.debug(
+        "ticks like %s's go through kombu's channel: %s",
+        message.schedule,
+        why,
+        extra=log_extra(Action.TEMPLATE_REFUSED, schedule=message.schedule),
+    )
 
 
 def _refuse(message: TickMessage, why: str) -> None:

@@ -154,7 +154,7 @@ def test_a_templated_tick_is_send_tasks_message(
         assert session.publish(a) is None
         assert session.publish(b) is None
         assert session.confirm() is None
-    assert (session.sent, session.templated) == (1, 1)
+    assert (session.sent, session.templated, session.wired) == (1, 1, 1)
     [(key, [raw_a, raw_b])] = _queued(client).items()
     assert key == case.get("key", "celery").encode()
 
@@ -174,6 +174,36 @@ def test_a_templated_tick_is_send_tasks_message(
     assert raw_b.replace(fast["properties.delivery_tag"].encode(), tag.encode()) == raw_sent
     assert {k for k in fast if fast[k] != first[k]} == PER_TICK | case.get("differs", set())
     assert fast["headers.id"] == fast["properties.correlation_id"] == b.task_id
+
+
+def test_written_ticks_keep_their_order_across_queues_and_confirms(
+    redis_url: str, client: redis.Redis
+) -> None:
+    """Ticks written as Redis commands share kombu's pipeline in publish order, and a confirm
+    with only such ticks since kombu's last flush still delivers them."""
+    app = _app(redis_url, {})
+    here = Definition("a", "t.tick", IntervalSpec(STEP))
+    there = Definition("b", "t.tick", IntervalSpec(STEP), options={"queue": "q2"})
+    ticks = [
+        build_message(d.name, d, T0 + i * STEP, tick_task_id(d.name, T0 + i * STEP))
+        for i in range(4)
+        for d in (here, there)
+    ]
+    with CeleryPublisher(app).session() as session:
+        for tick in ticks[:6]:
+            assert session.publish(tick) is None
+        assert session.confirm() is None
+        assert client.llen("celery") == client.llen("q2") == 3
+        for tick in ticks[6:]:
+            assert session.publish(tick) is None
+        assert session.confirm() is None
+    assert (session.sent, session.wired) == (2, 6)
+    queued = {key: [json.loads(raw)["headers"]["id"] for raw in raws]
+              for key, raws in _queued(client).items()}  # fmt: skip
+    assert queued == {
+        b"celery": [t.task_id for t in ticks if t.schedule == "a"],
+        b"q2": [t.task_id for t in ticks if t.schedule == "b"],
+    }
 
 
 def test_a_publish_signal_receiver_turns_templates_off(redis_url: str, client: redis.Redis) -> None:
