@@ -100,7 +100,8 @@ def sync_definitions(
     """
     if epoch is None:
         epoch = store.leader_info().epoch
-    changes, report = differences(definitions, store.definition_digests(), now_ms)
+    stored = store.definition_digests([d.name for d in definitions])
+    changes, report = differences(definitions, stored, now_ms)
     for batch in iter_chunks(changes, batch_size):
         if renew is not None and not renew():
             report.complete = False

@@ -172,8 +172,11 @@ class RoundStore(Protocol):
 class SyncStore(Protocol):
     """What config sync needs.
 
-    7. **Config sync is bulk and fenced.** ``definition_digests()`` reads every schedule's name,
-       source, state and definition hash in one query; ``sync_config(changes, epoch, now_ms)``
+    7. **Config sync is bulk and fenced.** ``definition_digests(names)`` reads the name,
+       source, state and definition hash of the schedules ``names`` name (case-insensitively)
+       and of every config schedule not archived, in a few indexed reads: never one row per
+       stored schedule, so a store of a million API schedules costs a small config's sync
+       nothing; ``sync_config(changes, epoch, now_ms)``
        applies a batch of differences in one transaction with a constant number of statements,
        whatever its size. Its epoch is checked under a lock on the fence that orders it against
        ``register_epoch`` (never by a read before the write): an older epoch raises
@@ -185,8 +188,9 @@ class SyncStore(Protocol):
        now_ms``) records a ``skipped`` event with reason ``replanned`` in the same transaction.
     """
 
-    def definition_digests(self) -> list[StoredDigest]:
-        """Name, source, state and definition hash of every schedule, in one read (rule 7)."""
+    def definition_digests(self, names: Sequence[str]) -> list[StoredDigest]:
+        """Name, source, state and definition hash of the schedules named and of every config
+        schedule not archived, each once (rule 7)."""
 
     def sync_config(
         self, changes: Sequence[ConfigChange], epoch: int, now_ms: int

@@ -219,9 +219,15 @@ class MemoryStore:
             self._write_decision(key, stored, source, decision, now_ms)
         return UpsertResult(decision.name, decision.status, decision.version)
 
-    def definition_digests(self) -> list[StoredDigest]:
+    def definition_digests(self, names: Sequence[str]) -> list[StoredDigest]:
+        keys = {name_key(name) for name in names}
         with self._lock:
-            rows = list(self._rows.values())
+            rows = [
+                row
+                for key, row in self._rows.items()
+                if key in keys
+                or (row.source is Source.CONFIG and row.state is not ScheduleState.ARCHIVED)
+            ]
         return [StoredDigest(r.name, r.source, r.state, r.definition_hash) for r in rows]
 
     def sync_config(

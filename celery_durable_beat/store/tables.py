@@ -81,6 +81,12 @@ schedules = Table(
 )
 Index("ix_durable_beat_schedules_next_due_ms", schedules.c.next_due_ms)
 
+CONFIG_ROWS = schedules.c.source == literal_column("'config'")
+"""Config sync's rows (store rule 7), as SQL text so a prepared plan still matches the index:
+a store of a million API schedules lets sync read only the few the config owns."""
+Index("ix_durable_beat_schedules_config_name_key", schedules.c.name_key,
+      postgresql_where=CONFIG_ROWS, sqlite_where=CONFIG_ROWS)  # fmt: skip
+
 audit = Table(
     "durable_beat_audit",
     metadata,

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from sqlalchemy import event, update
+from sqlalchemy import event, literal_column, select, update
 
 from celery_durable_beat.exceptions import InvalidArgument, StaleEpoch
 from celery_durable_beat.ids import tick_task_id
@@ -21,7 +21,7 @@ from celery_durable_beat.model import Definition, Outcome, Reason, ScheduleState
 from celery_durable_beat.schedules.spec import IntervalSpec
 from celery_durable_beat.store.base import AuditEvent, ConfigChange, Store
 from celery_durable_beat.store.sql import SqlStore, config_sync
-from celery_durable_beat.store.tables import FENCE_ID, fence
+from celery_durable_beat.store.tables import CONFIG_ROWS, FENCE_ID, fence, schedules
 from celery_durable_beat.sync import sync_definitions
 
 pytestmark = pytest.mark.integration
@@ -59,7 +59,7 @@ def test_sync_config_creates_updates_archives_and_reads_digests(store: Store) ->
         ("A", "created", 1),
         ("b", "created", 1),
     ]
-    digests = {d.name: d for d in store.definition_digests()}
+    digests = {d.name: d for d in store.definition_digests([])}
     assert set(digests) == {"A", "b"} and digests["A"].source is Source.CONFIG
     assert digests["A"].definition_hash == definition("A").definition_hash()
 
@@ -78,6 +78,34 @@ def test_sync_config_creates_updates_archives_and_reads_digests(store: Store) ->
     assert same[0].status == "unchanged" and store.get("a").next_tick_ms == 5 * MINUTE  # type: ignore[union-attr]
     with pytest.raises(InvalidArgument):
         store.sync_config([change("x"), change("X")], epoch=0, now_ms=40)
+
+
+def test_digests_are_the_config_rows_and_the_rows_named_never_every_row(store: Store) -> None:
+    """Rule 7: sync reads what the config owns or names, so API schedules it does not name
+    cost it nothing however many are stored; an archived config row is read only when named."""
+    for name in ("api-1", "api-2", "Api-Named"):
+        store.upsert(definition(name), Source.API, 1_000, now_ms=0)
+    store.sync_config([change("cfg"), change("gone")], epoch=0, now_ms=1)
+    store.sync_config([ConfigChange("gone")], epoch=0, now_ms=2)  # archived
+    assert {d.name for d in store.definition_digests([])} == {"cfg"}
+    named = {d.name: d for d in store.definition_digests(["api-named", "GONE", "missing"])}
+    assert set(named) == {"cfg", "Api-Named", "gone"}
+    assert named["Api-Named"].source is Source.API
+    assert named["gone"].state is ScheduleState.ARCHIVED
+
+
+def test_sync_reads_the_config_rows_through_their_index(pg_store: SqlStore) -> None:
+    """On PostgreSQL the config rows can be found by the partial index (the query's predicate
+    matches it), not only by a scan of the table."""
+    pg_store.sync_config([change("cfg")], epoch=0, now_ms=1)
+    query = select(schedules.c.name).where(
+        CONFIG_ROWS, schedules.c.state != literal_column("'archived'")
+    )
+    with pg_store._get_engine().connect() as conn:
+        conn.exec_driver_sql("SET enable_seqscan = off")
+        sql = str(query.compile(conn, compile_kwargs={"literal_binds": True}))
+        plan = "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + sql))
+    assert "ix_durable_beat_schedules_config_name_key" in plan, plan
 
 
 def test_sync_config_never_touches_an_api_schedule(store: Store) -> None:

@@ -114,7 +114,7 @@ class FakeStore:
             raise self.due_error
         return self.now_ms_value, self.due_ms
 
-    def definition_digests(self) -> list[Any]:
+    def definition_digests(self, names: list[str]) -> list[Any]:
         self.sync_calls += 1
         return []
 

@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import JSON, bindparam, column, select, table, text, update
+from sqlalchemy import JSON, bindparam, column, literal_column, select, table, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
@@ -29,11 +29,12 @@ from celery_durable_beat.store.rules import (
     check_changes,
     column_values,
     decide_change,
+    iter_chunks,
     refuse_stale,
 )
 from celery_durable_beat.store.sql.admin import to_stored_row
-from celery_durable_beat.store.sql.engine import insert_into
-from celery_durable_beat.store.tables import FENCE_ID, audit, fence, schedules
+from celery_durable_beat.store.sql.engine import IN_CHUNK, insert_into
+from celery_durable_beat.store.tables import CONFIG_ROWS, FENCE_ID, audit, fence, schedules
 from celery_durable_beat.store.values import (
     ConfigChange,
     StoredDigest,
@@ -44,14 +45,31 @@ from celery_durable_beat.store.values import (
 )
 
 
-def definition_digests(conn: Connection) -> list[StoredDigest]:
-    """Rule 7's one read: four narrow columns of every row, never the definitions themselves."""
+def definition_digests(conn: Connection, names: Sequence[str]) -> list[StoredDigest]:
+    """Rule 7's reads: four narrow columns, never the definitions themselves, of the config
+    rows not archived (the partial index ``CONFIG_ROWS`` finds them) and of the rows named (by
+    their unique key, ``IN_CHUNK`` at a time)."""
     query = select(
-        schedules.c.name, schedules.c.source, schedules.c.state, schedules.c.definition_hash
+        schedules.c.name,
+        schedules.c.name_key,
+        schedules.c.source,
+        schedules.c.state,
+        schedules.c.definition_hash,
     )
+    found = {
+        row.name_key: row
+        for row in conn.execute(
+            query.where(CONFIG_ROWS, schedules.c.state != literal_column("'archived'"))
+        )
+    }
+    keys = sorted({name_key(name) for name in names}.difference(found))
+    for chunk in iter_chunks(keys, IN_CHUNK):
+        found.update((row.name_key, row) for row in conn.execute(
+            query.where(schedules.c.name_key.in_(chunk))
+        ))  # fmt: skip
     return [
         StoredDigest(row.name, Source(row.source), ScheduleState(row.state), row.definition_hash)
-        for row in conn.execute(query)
+        for row in found.values()
     ]
 
 

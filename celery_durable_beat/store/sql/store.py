@@ -165,8 +165,8 @@ class SqlStore(LazyEngine):
             lambda conn: sql_admin.upsert(conn, definition, source, first_tick_ms, now_ms)
         )
 
-    def definition_digests(self) -> list[StoredDigest]:
-        return self._read(sql_sync.definition_digests)
+    def definition_digests(self, names: Sequence[str]) -> list[StoredDigest]:
+        return self._read(lambda conn: sql_sync.definition_digests(conn, names))
 
     def sync_config(
         self, changes: Sequence[ConfigChange], epoch: int, now_ms: int
