@@ -4,18 +4,21 @@ Each case runs in a fresh subprocess (so its RSS is the scheduler's own), after 
 stored by another subprocess: stock beat's in ``beat_schedule`` plus a fresh shelve file in a temp
 dir, RedBeat's with ``RedBeatSchedulerEntry(...).save()`` under a key prefix of this run, ours by a
 server-side bulk insert (``bench_scale.seed``) into a throwaway PostgreSQL database
-(``pgdb.make_db``), config sync off. Measured, per scheduler:
+(``pgdb.make_db``), config sync on (the default) with an empty config. Measured, per scheduler:
 
 1. the idle round (median ms, nothing due): stock beat's ``tick()``; RedBeat's ``tick()`` with
    its lock held (lock extend + schedule read); ours ``Scheduler.tick()`` forced past its
    monotonic wake-up time, so every call is a real round (lease renew + store probe);
 2. RSS of that process after startup and the idle rounds;
-3. startup with the schedules already stored: import the scheduler's module, construct it and
-   complete its first tick (Celery and the app are loaded before the clock starts);
+3. startup with the schedules already stored: import the scheduler's module and construct it
+   (Celery and the app are loaded before the clock starts); then its first tick, timed apart,
+   and the peak RSS (``ru_maxrss``) by its end;
 4. a burst: N schedules due at once, ``tick()`` called as beat's loop does until it says nothing
    more is due; only messages found in the Redis queue (LLEN) count, and for ours only those
    also audited and advanced;
-5. that burst as a ratio of a plain ``app.send_task`` loop over one producer (same run).
+5. that burst as a ratio of a plain ``app.send_task`` loop over one producer, of ready-made
+   messages ``LPUSH``ed through a redis-py pipeline (the broker's ceiling) and of RedBeat's
+   burst, all in the same run, with the load average as each burst began.
 
 Redis database 15 only (``DURABLE_BEAT_BENCH_REDIS``); queue and keys are named after the run and
 deleted after every case. Prints one markdown table and nothing else (failures go to stderr).
@@ -241,9 +244,38 @@ def reference(case: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def pipeline_reference(case: dict[str, Any]) -> dict[str, Any]:
+    """The broker's ceiling: one ``send_task`` message, then its bytes ``LPUSH``ed N times
+    through a redis-py pipeline (1,000 a round trip): what Redis takes of ready-made messages."""
+    import redis
+
+    app, size, queue = make_app(case), case["size"], case["queue"]
+    client = redis.Redis.from_url(REDIS)
+    with app.producer_or_acquire() as producer:
+        app.send_task("bench.noop", kwargs=KWARGS, producer=producer)
+    raw = client.rpop(queue)
+    pipe = client.pipeline(transaction=False)
+    t = time.perf_counter()
+    for i in range(size):
+        pipe.lpush(queue, raw)
+        if i % 1000 == 999:
+            pipe.execute()
+    pipe.execute()
+    elapsed = time.perf_counter() - t
+    result = {"published": client.llen(queue), "seconds": elapsed}
+    client.close()
+    return result
+
+
 def child(raw: str) -> int:
     case = json.loads(raw)
-    step = {"seed": seed, "idle": idle, "burst": burst, "reference": reference}[case["step"]]
+    step = {
+        "seed": seed,
+        "idle": idle,
+        "burst": burst,
+        "reference": reference,
+        "pipeline": pipeline_reference,
+    }[case["step"]]
     print(json.dumps(step(case)), flush=True)
     return 0
 
@@ -289,10 +321,11 @@ def run_case(kind: str, phase: str, size: int, budget: float) -> dict[str, Any]:
     try:
         if kind == "ours":
             case["db"] = make_db(PG)
-        if kind == "reference":
-            return spawn(case, "reference")
+        if kind in ("reference", "pipeline"):
+            return {**spawn(case, kind), "load": os.getloadavg()[0]}
         seeded = spawn(case, "seed")
-        return seeded if "error" in seeded else spawn(case, phase)
+        load = os.getloadavg()[0]  # after seeding, as the measured step starts
+        return seeded if "error" in seeded else {**spawn(case, phase), "load": load}
     finally:
         if case["db"]:
             drop_db(PG, case["db"])
@@ -364,22 +397,37 @@ def table(results: dict[str, Any], sizes: list[int], bursts: list[int], head: st
             cells.append(" / ".join(fmt(v.get(key), unit) for v in values))
         return cells
 
-    burst_cells, ratio_cells = [], []
-    refs = [results["reference"][s] for s in bursts]
-    ref_rates = [credited("reference", r) / r["seconds"] if "error" not in r else 0.0 for r in refs]
+    burst_cells, ratio_cells, pipe_cells, red_cells, load_cells = [], [], [], [], []
+    ref_rates, pipe_rates = (
+        [
+            credited(ref, r) / r["seconds"] if "error" not in r and r["seconds"] else 0.0
+            for r in (results[ref][s] for s in bursts)
+        ]
+        for ref in ("reference", "pipeline")
+    )
+    rates: dict[str, list[float]] = {}
     for kind in KINDS:
         pairs = [burst_cell(kind, s, results[kind]["burst"][s], notes) for s in bursts]
         burst_cells.append(" / ".join(c for c, _ in pairs))
-        ratios = [
-            rate / ref if ref and rate else None
-            for (_, rate), ref in zip(pairs, ref_rates, strict=True)
-        ]
-        ratio_cells.append(" / ".join(fmt(r, "x") for r in ratios))
+        rates[kind] = [rate for _, rate in pairs]
+        load_cells.append(
+            " / ".join(fmt(results[kind]["burst"][s].get("load"), "x") for s in bursts)
+        )
+    for kind in KINDS:
+        ratio_cells.append(_ratios(rates[kind], ref_rates))
+        pipe_cells.append(_ratios(rates[kind], pipe_rates))
+        red_cells.append("—" if kind == "redbeat" else _ratios(rates[kind], rates["redbeat"]))
     refs_text = " / ".join(fmt(r, "n") for r in ref_rates)
+    pipes_text = " / ".join(fmt(r, "n") for r in pipe_rates)
     rows = [
         (f"idle round, {sz} schedules (ms, median of a real round)", idle_row("idle_ms", "ms")),
         (f"RSS after load, {sz} (MB)", idle_row("rss_mb", "n")),
-        (f"startup with the schedules already stored, {sz} (s)", idle_row("startup_s", "s")),
+        (
+            f"startup with the schedules already stored (import + construct), {sz} (s)",
+            idle_row("startup_s", "s"),
+        ),
+        (f"then the first round, {sz} (s)", idle_row("first_round_s", "s")),
+        (f"peak RSS by the end of the first round, {sz} (MB)", idle_row("peak_first_mb", "n")),
         (
             f"burst: N due at once, published (+ audited + advanced for ours) (ticks/s), {bz}",
             burst_cells,
@@ -389,6 +437,13 @@ def table(results: dict[str, Any], sizes: list[int], bursts: list[int], head: st
             f"({refs_text} msgs/s), same run",
             ratio_cells,
         ),
+        (
+            f"burst as a ratio of ready-made messages `LPUSH`ed through a redis-py pipeline "
+            f"({pipes_text} msgs/s), same run",
+            pipe_cells,
+        ),
+        (f"burst as a ratio of RedBeat's, same run, {bz}", red_cells),
+        (f"load average (1 min) as each burst began, {bz}", load_cells),
     ]
     lines = [
         head,
@@ -398,6 +453,13 @@ def table(results: dict[str, Any], sizes: list[int], bursts: list[int], head: st
     ]
     lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows]
     return "\n".join(lines + (["", *notes] if notes else []))
+
+
+def _ratios(rates: list[float], refs: list[float]) -> str:
+    return " / ".join(
+        fmt(rate / ref if ref and rate else None, "x")
+        for rate, ref in zip(rates, refs, strict=True)
+    )
 
 
 def machine() -> str:
@@ -462,7 +524,7 @@ def main() -> int:
     idle_budget, burst_budget = (4.0, 40.0) if options.quick else (8.0, 120.0)
     head = machine()
     results: dict[str, Any] = {k: {"idle": {}, "burst": {}} for k in KINDS}
-    results["reference"] = {}
+    results["reference"], results["pipeline"] = {}, {}
     for size in sizes:
         for kind in KINDS:
             skip = size in ours_only and kind != "ours"
@@ -471,6 +533,7 @@ def main() -> int:
             )
     for size in bursts:
         results["reference"][size] = run_case("reference", "burst", size, burst_budget)
+        results["pipeline"][size] = run_case("pipeline", "burst", size, burst_budget)
         for kind in KINDS:
             results[kind]["burst"][size] = run_case(kind, "burst", size, burst_budget)
     print(table(results, sizes, bursts, head))
