@@ -24,11 +24,12 @@ from kombu import Exchange, Queue
 
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.message import TickMessage, build_message
-from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition
+from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition, Reason
 from celery_durable_beat.publish.celery_publisher import CeleryPublisher
 from celery_durable_beat.publish.redis_template import TemplatedRedisSession, templating_refused
 from celery_durable_beat.publish.send_task import CelerySession
 from celery_durable_beat.schedules.spec import IntervalSpec
+from tests.support.faultproxy import FaultProxy
 from tests.support.procs import wait_until
 from tests.support.rig import ProcessRig, rig_factory
 
@@ -204,6 +205,30 @@ def test_written_ticks_keep_their_order_across_queues_and_confirms(
         b"celery": [t.task_id for t in ticks if t.schedule == "a"],
         b"q2": [t.task_id for t in ticks if t.schedule == "b"],
     }
+
+
+def test_a_failed_delivery_of_written_ticks_is_uncertain(redis_url: str) -> None:
+    """A confirm that only the written ticks' pipeline stands behind reports its failure as
+    kombu's own would: broker unavailable, the session failed (so nothing is recorded)."""
+    proxy = FaultProxy.for_url(redis_url)
+    try:
+        app = _app(proxy.url(redis_url), {})
+        definition = Definition("a", "t.tick", IntervalSpec(STEP))
+        ticks = [
+            build_message("a", definition, t, tick_task_id("a", t))
+            for t in (T0, T0 + STEP, T0 + 2 * STEP)
+        ]
+        with CeleryPublisher(app).session() as session:
+            assert session.publish(ticks[0]) is None
+            assert session.confirm() is None
+            for tick in ticks[1:]:
+                assert session.publish(tick) is None
+            assert session.wired == 2
+            proxy.drop()
+            assert session.confirm() is Reason.BROKER_UNAVAILABLE
+            assert session.failed
+    finally:
+        proxy.close()
 
 
 def test_a_publish_signal_receiver_turns_templates_off(redis_url: str, client: redis.Redis) -> None:
