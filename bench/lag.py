@@ -8,7 +8,8 @@ Two cases, each in a throwaway PostgreSQL database (``pgdb.make_db``), Redis db 
    (``lag_ms``: the store's clock at the round minus the tick instant) gives p50 / p99 / max.
 2. **burst**: ``--burst`` schedules due at the same instant; ``tick()`` until nothing is due;
    the lag of the last tick is its record's ``recorded_at_ms`` (written when its publish was
-   confirmed and audited) minus that instant.
+   confirmed and audited) minus that instant; and the beat process's own CPU time per tick
+   (``time.process_time``: what the other processes of a busy machine do not move much).
 
     .venv/bin/python bench/lag.py [--seconds 20] [--burst 10000] [--profile]
 """
@@ -74,6 +75,8 @@ def idle_case(seconds: float) -> str:
         sched.close()
     finally:
         drop_db(PG, url)
+    if not found:
+        return f"idle, 100 schedules @every 1s for {seconds:g} s: no tick yet (run it longer)"
     return (
         f"idle, 100 schedules @every 1s for {seconds:g} s: {len(found)} ticks, lag p50 "
         f"{pct(found, 0.5)} ms, p99 {pct(found, 0.99)} ms, max {found[-1]} ms, "
@@ -95,9 +98,11 @@ def burst_case(size: int, profile: bool = False) -> str:
         profiler = cProfile.Profile() if profile else None
         if profiler is not None:
             profiler.enable()
+        cpu = time.process_time()
         sched._wake_at = 0.0
         while sched.tick() <= 0:
             sched._wake_at = 0.0
+        cpu = time.process_time() - cpu
         if profiler is not None:
             profiler.disable()
             report_profile(profiler)
@@ -112,7 +117,10 @@ def burst_case(size: int, profile: bool = False) -> str:
         client = redis.Redis.from_url(REDIS)
         client.delete(QUEUE)
         client.close()
-    return f"burst of {size:,} due at once: {count:,} recorded; the last {last - due:,} ms late"
+    return (
+        f"burst of {size:,} due at once: {count:,} recorded; the last {last - due:,} ms late; "
+        f"beat's own CPU {cpu / size * 1e6:.0f} us a tick"
+    )
 
 
 def report_profile(profiler: cProfile.Profile) -> None:
