@@ -63,7 +63,9 @@ from celery_durable_beat.publish.redis_wire import (
     Command,
     WireRefused,
     WireTemplate,
+    WireWriter,
     new_delivery_tag,
+    tick_values,
 )
 from celery_durable_beat.publish.send_task import CelerySession, own_apply_async
 
@@ -190,10 +192,7 @@ class TemplatedRedisSession(CelerySession):
         self.wired = 0
         self._on_task_call: Callable[[Any, str], Any] | None = None
         self._shown: dict[str, tuple[str, str]] = {}
-        self._pipeline: Any = None
-        # Payloads for one list, written as one multi-value LPUSH (``_write_pushes``).
-        self._push_key: str | None = None
-        self._pushes: list[str] = []
+        self._writer = WireWriter()
 
     def publish(self, message: TickMessage) -> Reason | None:
         key = template_key(message)
@@ -236,63 +235,25 @@ class TemplatedRedisSession(CelerySession):
         expires, expiration = template.expiry(message.options.get("expires"))
         if expiration is not None and expiration < 0:
             return False
-        values = self._tick_values(message, expires, expiration)
+        values = tick_values(message, self._reprs(message), expires, expiration)
         values[("body", "")] = wire.body(message.args, message.kwargs)
         values[("properties", "delivery_tag")] = new_delivery_tag()
         self._before_publish(template, message)
-        payload = wire.payload_of(values)
-        if wire.lpush_key is not None:
-            if wire.lpush_key != self._push_key:
-                self._write_pushes()
-                self._push_key = wire.lpush_key
-            self._pushes.append(payload)
-        else:
-            self._write_pushes()
-            for command in wire.commands_for(payload):
-                self._pipeline.execute_command(*command)
+        self._writer.write(wire, wire.payload_of(values))
         self.wired += 1
         return True
-
-    def _tick_values(
-        self, message: TickMessage, expires: str | None, expiration: float | None
-    ) -> dict[tuple[str, str], Any]:
-        argsrepr, kwargsrepr = self._reprs(message)
-        task_id = message.task_id
-        values: dict[tuple[str, str], Any] = {
-            ("headers", "id"): task_id,
-            ("headers", "root_id"): task_id,
-            ("headers", "argsrepr"): argsrepr,
-            ("headers", "kwargsrepr"): kwargsrepr,
-            ("headers", "expires"): expires,
-            ("properties", "correlation_id"): task_id,
-            ("properties", "argsrepr"): argsrepr,
-            ("properties", "kwargsrepr"): kwargsrepr,
-        }
-        values.update((("headers", k), v) for k, v in tick_headers(message).items())
-        if expiration is not None:
-            values[("properties", "expiration")] = str(int(expiration * 1000))
-        return values
-
-    def _write_pushes(self) -> None:
-        """The buffered payloads of one list as one ``LPUSH`` (oldest first, as separate
-        pushes would leave them), on the batch's pipeline in publish order."""
-        if self._pushes:
-            self._pipeline.execute_command("LPUSH", self._push_key, *self._pushes)
-            self._pushes = []
-        self._push_key = None
 
     def confirm(self) -> Reason | None:
         """kombu's batch delivers its pipeline, ours included; if only ticks of ours were
         buffered since its last flush, kombu has nothing to flush and the pipeline is ours to
         execute, with the same meaning (a failure is an uncertain delivery)."""
-        self._write_pushes()
+        self._writer.flush_pushes()
         reason = super().confirm()
-        if reason is not None or self._pipeline is None or not len(self._pipeline):
+        if reason is not None or not self._writer.unsent():
             return reason
         try:
-            self._pipeline.execute()
+            self._writer.execute()
         except self._connection_errors as exc:
-            self._pipeline.reset()
             self.failed = True
             log.debug(
                 "batch delivery raised %s",
@@ -303,7 +264,7 @@ class TemplatedRedisSession(CelerySession):
         return None
 
     def _send_task(self, message: TickMessage) -> Reason | None:
-        self._write_pushes()  # what was published before goes to the broker before it
+        self._writer.flush_pushes()  # what was published before goes out before it
         self.sent += 1
         return super().publish(message)
 
@@ -335,7 +296,7 @@ class TemplatedRedisSession(CelerySession):
             return publish(channel, wire, **kwargs)
 
         state.publish = capturing
-        self._write_pushes()
+        self._writer.flush_pushes()
         before = len(getattr(state.session, "pipeline", None) or ())
         try:
             reason = self._send_task(message)
@@ -345,7 +306,7 @@ class TemplatedRedisSession(CelerySession):
             return reason  # no template yet: the next tick of the key tries again
         try:
             self.templates[key] = self._template_of(message, seen)
-            self._learn_wire(self.templates[key], message, seen, before)
+            self._learn_wire(self.templates[key], message, before)
         except Exception as exc:  # the tick is out already: templating must never fail the round
             _refuse(message, f"the captured message could not be checked ({cause(exc)})")
             self.templates[key] = None
@@ -383,7 +344,6 @@ class TemplatedRedisSession(CelerySession):
         self,
         template: MessageTemplate | None,
         message: TickMessage,
-        seen: list[tuple[Any, dict[str, Any], dict[str, Any]]],
         before: int,
     ) -> None:
         """Give ``template`` the commands its ``send_task`` buffered, if they prove repeatable:
@@ -391,8 +351,6 @@ class TemplatedRedisSession(CelerySession):
         if template is None:
             return
         pipeline = getattr(self.batch.state.session, "pipeline", None)
-        if self._pipeline is not None and pipeline is not self._pipeline:
-            return  # (a batch is one pipeline for the session: anything else is not ours)
         stack = getattr(pipeline, "command_stack", None)
         if stack is None or len(stack) <= before:
             return  # flushed meanwhile, or not a redis-py pipeline: kombu's path stays
@@ -405,7 +363,7 @@ class TemplatedRedisSession(CelerySession):
         envelope = json.loads(wire.payload)
         expires = envelope["headers"].get("expires")
         expiration = envelope["properties"].get("expiration")
-        values = self._tick_values(message, expires, None)
+        values = tick_values(message, self._reprs(message), expires, None)
         if expiration is not None:
             values[("properties", "expiration")] = expiration
         values[("body", "")] = wire.body(message.args, message.kwargs)
@@ -413,8 +371,8 @@ class TemplatedRedisSession(CelerySession):
         if wire.payload_of(values) != wire.payload:
             _refuse_wire(message, "rendering the captured tick differs from kombu's envelope")
             return
-        self._pipeline = pipeline
-        template.wire_commands = wire
+        if self._writer.adopt(pipeline):  # a batch keeps one pipeline: never another's
+            template.wire_commands = wire
 
 
 def template_key(message: TickMessage) -> str | None:

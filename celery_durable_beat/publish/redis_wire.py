@@ -30,7 +30,13 @@ from uuid import uuid4
 from kombu.serialization import dumps as serialize
 from kombu.utils.json import dumps as _kombu_dumps
 
-from celery_durable_beat.message import HEADER_SCHEDULE, HEADER_TICK_MS, HEADER_TRIGGER
+from celery_durable_beat.message import (
+    HEADER_SCHEDULE,
+    HEADER_TICK_MS,
+    HEADER_TRIGGER,
+    TickMessage,
+    tick_headers,
+)
 
 BODY_CACHE_SIZE = 10_000
 """Distinct arguments whose encoded body a wire template remembers."""
@@ -109,6 +115,78 @@ class WireTemplate:
     def commands_for(self, payload: str) -> list[Command]:
         """The template's commands, each push carrying ``payload``."""
         return [(*c[:2], payload) if c[2:] == (self.payload,) else c for c in self.commands]
+
+
+class WireWriter:
+    """Puts written ticks on the pipeline of kombu's publish batch, in publish order.
+
+    Consecutive payloads for one list wait in ``_pushes`` and go on as one ``LPUSH`` (oldest
+    first, as separate pushes would leave them) before anything else is added: another list's
+    tick, a template's other commands, or a tick kombu itself publishes (``flush_pushes``)."""
+
+    def __init__(self) -> None:
+        self.pipeline: Any = None
+        self._push_key: str | None = None
+        self._pushes: list[str] = []
+
+    def adopt(self, pipeline: Any) -> bool:
+        """Whether ``pipeline`` is the one this writer writes to (the first one seen is)."""
+        if self.pipeline is None:
+            self.pipeline = pipeline
+        return pipeline is self.pipeline
+
+    def write(self, wire: WireTemplate, payload: str) -> None:
+        if wire.lpush_key is None:
+            self.flush_pushes()
+            for command in wire.commands_for(payload):
+                self.pipeline.execute_command(*command)
+            return
+        if wire.lpush_key != self._push_key:
+            self.flush_pushes()
+            self._push_key = wire.lpush_key
+        self._pushes.append(payload)
+
+    def flush_pushes(self) -> None:
+        if self._pushes:
+            self.pipeline.execute_command("LPUSH", self._push_key, *self._pushes)
+            self._pushes = []
+        self._push_key = None
+
+    def unsent(self) -> int:
+        """Commands on the pipeline not yet executed (after ``flush_pushes``)."""
+        return 0 if self.pipeline is None else len(self.pipeline)
+
+    def execute(self) -> None:
+        """Run the pipeline; on failure it is emptied (what it held is uncertain) and the
+        error raised."""
+        try:
+            self.pipeline.execute()
+        except BaseException:
+            self.pipeline.reset()
+            raise
+
+
+def tick_values(
+    message: TickMessage, reprs: tuple[str, str], expires: str | None, expiration: float | None
+) -> dict[tuple[str, str], Any]:
+    """The envelope's per-tick fields of ``message`` but its body and ``delivery_tag``, as
+    ``MessageTemplate.render`` sets them (``expires`` and ``expiration`` from its ``expiry``)."""
+    argsrepr, kwargsrepr = reprs
+    task_id = message.task_id
+    values: dict[tuple[str, str], Any] = {
+        ("headers", "id"): task_id,
+        ("headers", "root_id"): task_id,
+        ("headers", "argsrepr"): argsrepr,
+        ("headers", "kwargsrepr"): kwargsrepr,
+        ("headers", "expires"): expires,
+        ("properties", "correlation_id"): task_id,
+        ("properties", "argsrepr"): argsrepr,
+        ("properties", "kwargsrepr"): kwargsrepr,
+    }
+    values.update((("headers", k), v) for k, v in tick_headers(message).items())
+    if expiration is not None:
+        values[("properties", "expiration")] = str(int(expiration * 1000))
+    return values
 
 
 def kombu_json(value: Any) -> str:
