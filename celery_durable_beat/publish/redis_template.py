@@ -403,19 +403,16 @@ def _on_task_call_of(app: Any) -> Callable[[Any, str], Any] | None:
 
 def _refuse_wire(message: TickMessage, why: str) -> None:
     """Its key's ticks are still templated, through kombu's channel (``MessageTemplate``)."""
-    log.debug(
-        "ticks like %s's go through kombu's channel: %s",
-        message.schedule,
-        why,
-        extra=log_extra(Action.TEMPLATE_REFUSED, schedule=message.schedule),
-    )
+    _refuse(message, why, "kombu's channel")
 
 
-def _refuse(message: TickMessage, why: str) -> None:
-    """Its key's template stays None: those ticks go through ``send_task`` this session."""
+def _refuse(message: TickMessage, why: str, path: str = "send_task") -> None:
+    """Its key's template stays None: those ticks go through ``send_task`` this session (or,
+    from ``_refuse_wire``, they stay templated but are not written as Redis commands)."""
     log.debug(
-        "ticks like %s's go through send_task: %s",
+        "ticks like %s's go through %s: %s",
         message.schedule,
+        path,
         why,
         extra=log_extra(Action.TEMPLATE_REFUSED, schedule=message.schedule),
     )
