@@ -12,7 +12,8 @@ their timing-sensitive kills and handovers never overlap each other, while the u
 integration tests run on the other. Both share one chaos seed, drawn by the controller.
 
 Tests marked ``docker`` (tests/docker, pytest-celery containers) need a Docker engine: without
-one they are deselected, not skipped, and the run says so in one line. Celery's own pytest
+one they are deselected, not skipped, and the run says so in one line (scripts/check-containers,
+the last stage of scripts/check, runs them on a Docker engine it starts). Celery's own pytest
 fixtures (``celery.contrib.pytest``: an in-process ``celery_app`` / ``celery_worker``) are loaded
 for every test; pytest-celery's plugin is not (see pyproject.toml).
 """
@@ -210,7 +211,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.hook.pytest_deselected(items=docker_items)
     config.stash[DOCKER_DESELECTED] = (
         f"docker: {len(docker_items)} tests deselected: {problem}; "
-        "where one answers: scripts/check -m docker"
+        "scripts/check-containers runs them on an engine of its own (a stage of scripts/check)"
     )
 
 
@@ -236,6 +237,6 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if problem is not None:
         lines.append(
             f"docker: tests marked docker are deselected: {problem}; "
-            "where one answers: scripts/check -m docker"
+            "scripts/check-containers runs them on an engine of its own (a stage of scripts/check)"
         )
     return [*lines, header()]

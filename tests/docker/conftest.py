@@ -1,7 +1,7 @@
 """pytest-celery's container fixtures, for this folder only, set up for the example app.
 
 The containers: pytest-celery's Redis broker (pinned to the compose file's Redis), a PostgreSQL
-store, a worker built from ``docker/Dockerfile`` (the compose file's image, running
+store, a worker of the image ``docker/Dockerfile`` builds (the compose file's image, running
 ``examples/compose/proj.py``), and two beat containers of the same image. Nothing is mounted:
 the image holds the app and takes every setting from the environment, as in compose.
 
@@ -26,7 +26,7 @@ from pytest_celery import (
     CeleryWorkerContainer,
     RedisTestBroker,
 )
-from pytest_docker_tools import build, container, fxtr
+from pytest_docker_tools import container, fxtr, image_or_build
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_IMAGE = "redis:7.4.1-bookworm"  # the compose file's
@@ -82,7 +82,11 @@ class PostgresContainer(CeleryTestContainer):
         return str(self.attrs["Config"]["Hostname"])
 
 
-durable_beat_image = build(
+# DURABLE_BEAT_DOCKER_IMAGE names an image already built from docker/Dockerfile (target app):
+# scripts/check-containers builds it once, with no network inside the build, for compose and for
+# these tests. Unset, the tests build it themselves (pip then reads the package index).
+durable_beat_image = image_or_build(
+    "DURABLE_BEAT_DOCKER_IMAGE",
     path=str(REPO),
     dockerfile="docker/Dockerfile",
     target="app",
