@@ -95,12 +95,13 @@ class ScheduleConflict(DurableBeatError):
 
 
 class PublishFailed(DurableBeatError):
-    """A manual run could not be published; ``reason`` is the stable code (never error text)."""
+    """A manual run (or a backfill) could not be published; ``reason`` is the stable code
+    (never error text)."""
 
-    def __init__(self, name: str, reason: str) -> None:
+    def __init__(self, name: str, reason: str, what: str = "manual run") -> None:
         self.name = name
         self.reason = reason
-        super().__init__(f'manual run of "{name}" was not sent: {reason}')
+        super().__init__(f'{what} of "{name}" was not sent: {reason}')
 
 
 class StoreError(DurableBeatError):

@@ -76,6 +76,30 @@ class Trigger(str, Enum):
     REDELIVER = "redeliver"
     """A tick recorded ``enqueued`` that the broker lost, published again with the same task id
     (``durable_beat_redeliver_after``, SPEC §6); its message is the tick's own (header ``auto``)."""
+    BACKFILL = "backfill"
+    """An operator's ``backfill`` of a past window (SPEC §15): an occurrence that was never
+    enqueued, published under the id its automatic tick has or would have had."""
+
+
+class OperatorAction(str, Enum):
+    """What an operator did, as the action log records it (SPEC §15: ``actions``)."""
+
+    PAUSE = "pause"
+    """A schedule paused by an operator (``show`` names who: ``paused_by``)."""
+    RESUME = "resume"
+    """A paused or quarantined schedule resumed."""
+    ARCHIVE = "archive"
+    """A schedule retired, its history kept."""
+    DELETE = "delete"
+    """A schedule removed; its history and its action log stay."""
+    UPSERT = "upsert"
+    """An API schedule created or changed (an unchanged upsert records nothing)."""
+    TRIGGER = "trigger"
+    """A manual run that was published (a replayed idempotency key records nothing)."""
+    BACKFILL = "backfill"
+    """A backfill that published at least one occurrence."""
+    IMPORT = "import"
+    """A schedule created or changed by ``import`` (one row per schedule)."""
 
 
 class Outcome(str, Enum):

@@ -5,10 +5,15 @@ from __future__ import annotations
 from celery_durable_beat.control.api import DurableBeat
 from celery_durable_beat.control.check import ConfigCheck, check_config
 from celery_durable_beat.control.views import (
+    ActionsPage,
+    ActionView,
+    BackfillResult,
+    BackfillTick,
     EventView,
     HistoryPage,
     NextTick,
     Overdue,
+    PausedBy,
     ScheduleDetail,
     ScheduleView,
     StatusView,
@@ -18,6 +23,10 @@ from celery_durable_beat.control.views import (
 )
 
 __all__ = [
+    "ActionView",
+    "ActionsPage",
+    "BackfillResult",
+    "BackfillTick",
     "ConfigCheck",
     "check_config",
     "DurableBeat",
@@ -25,6 +34,7 @@ __all__ = [
     "HistoryPage",
     "NextTick",
     "Overdue",
+    "PausedBy",
     "ScheduleDetail",
     "ScheduleView",
     "StatusView",

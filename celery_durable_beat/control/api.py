@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -35,6 +36,8 @@ from celery_durable_beat.backends import (
 )
 from celery_durable_beat.celery_config import app_defaults, translate_entry
 from celery_durable_beat.clock import datetime_to_ms
+from celery_durable_beat.control.actors import check_actor, check_reason, local_actor
+from celery_durable_beat.control.backfill import plan_backfill, publish_backfill
 from celery_durable_beat.control.details import schedule_detail, upcoming
 from celery_durable_beat.control.lookups import (
     check_name,
@@ -45,6 +48,10 @@ from celery_durable_beat.control.lookups import (
 )
 from celery_durable_beat.control.manual import run_now
 from celery_durable_beat.control.views import (
+    ACTIONS_CURSOR,
+    ActionsPage,
+    ActionView,
+    BackfillResult,
     EventView,
     HistoryPage,
     NextTick,
@@ -55,9 +62,11 @@ from celery_durable_beat.control.views import (
     TriggerResult,
     UpsertStatus,
     WorkerView,
+    action_view,
     decode_cursor,
     encode_cursor,
     event_view,
+    paused_by,
     schedule_view,
 )
 from celery_durable_beat.exceptions import (
@@ -67,6 +76,7 @@ from celery_durable_beat.exceptions import (
 from celery_durable_beat.ids import format_tick_instant, tick_task_id
 from celery_durable_beat.model import (
     Definition,
+    OperatorAction,
     ScheduleState,
     Source,
     StateReason,
@@ -76,6 +86,7 @@ from celery_durable_beat.publish.base import Publisher
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import (
+    ActionEntry,
     ControlStore,
     LeaderInfo,
     ScheduleRecord,
@@ -84,7 +95,11 @@ from celery_durable_beat.store.base import (
 from celery_durable_beat.store.rules import decide_upsert, stored_row
 
 __all__ = [
+    "ACTIONS_LIMIT",
     "COUNT_LIMIT",
+    "ActionView",
+    "ActionsPage",
+    "BackfillResult",
     "DurableBeat",
     "EventView",
     "HISTORY_LIMIT",
@@ -103,6 +118,10 @@ __all__ = [
 
 HISTORY_LIMIT = (1, 100)
 """Allowed ``history`` page sizes."""
+PAUSED_BY_LOOKBACK = 20
+"""Action rows ``get`` reads back to find the pause that holds a paused schedule."""
+ACTIONS_LIMIT = (1, 100)
+"""Allowed ``actions`` page sizes."""
 PAGE_LIMIT = (1, 1000)
 """Allowed ``page`` sizes."""
 COUNT_LIMIT = (1, 100)
@@ -149,6 +168,11 @@ class DurableBeat:
     empty database, refused when outdated), so constructing one is free. ``store``,
     ``publisher``, ``lease_reader`` and ``workers`` (where ``status`` reads live workers) may be
     injected, e.g. a ``CapturingPublisher`` or ``MemoryRuns`` in tests.
+
+    Every change records an action row naming its ``actor`` (SPEC §15): by default
+    ``python:<user>@<host>``; the CLI says ``cli:…``, and the HTTP surfaces pass each call's
+    token name as ``actor=``. Each change takes an optional ``reason=`` (at most 500
+    characters of one-line text), stored with it and shown by ``actions``, never logged.
     """
 
     def __init__(
@@ -160,8 +184,10 @@ class DurableBeat:
         settings: Settings | None = None,
         lease_reader: LeaseHolder | None = None,
         workers: WorkerRegistry | None = None,
+        actor: str | None = None,
     ) -> None:
         self.app = app
+        self.actor = local_actor("python") if actor is None else check_actor(actor)
         self.settings = settings or Settings.from_conf(app.conf)
         self._store = store
         self._publisher = publisher
@@ -252,13 +278,20 @@ class DurableBeat:
         """
         _check_range("count", count, COUNT_LIMIT)
         record = self._require(name)
-        return schedule_detail(
+        detail = schedule_detail(
             record,
             now_ms=self.store.now_ms(),
             count=count,
             after_ms=None if after is None else datetime_to_ms(after),
             redact_keys=self.settings.redact,
         )
+        if record.state is not ScheduleState.PAUSED or record.state_reason not in (
+            None,
+            StateReason.OPERATOR,
+        ):
+            return detail
+        recent = self.store.actions(record.name, PAUSED_BY_LOOKBACK)
+        return replace(detail, paused_by=paused_by(recent))
 
     def next_ticks(
         self, name: str, count: int = 5, *, after: datetime | None = None
@@ -346,16 +379,33 @@ class DurableBeat:
         return self._reader
 
     # -- changing -----------------------------------------------------------------------------
+    def _record(
+        self, action: OperatorAction, name: str, reason: str | None, actor: str | None
+    ) -> None:
+        """The action row of a change that happened (SPEC §15), pruned to the history keep."""
+        who = self.actor if actor is None else check_actor(actor)
+        entry = ActionEntry(who, action, name, reason)
+        self.store.record_action(entry, self.settings.history_keep)
+
     def upsert(
-        self, name: str, definition: Mapping[str, Any], *, dry_run: bool = False
+        self,
+        name: str,
+        definition: Mapping[str, Any],
+        *,
+        dry_run: bool = False,
+        reason: str | None = None,
+        actor: str | None = None,
+        action: OperatorAction = OperatorAction.UPSERT,
     ) -> UpsertStatus:
         """Create or change an API schedule from a ``beat_schedule``-style entry.
 
         Unchanged definitions move nothing; a changed one gets version + 1 and is re-planned from
         now (SPEC §3). Raises ConfigError (the config validator's messages) or ScheduleConflict
         when config declares that name. With ``dry_run`` nothing is written: the answer is what
-        the upsert would do (``import --dry-run`` asks this way).
+        the upsert would do (``import --dry-run`` asks this way). A created or updated schedule
+        records an ``action`` row (``import`` says ``OperatorAction.IMPORT``).
         """
+        why = check_reason(reason)
         defaults = app_defaults(self.app, self.settings)
         valid = validate_entry(name, translate_entry(name, definition), defaults)
         store = self.store
@@ -368,10 +418,15 @@ class DurableBeat:
         result = store.upsert(valid, Source.API, first_tick_ms(valid, now), now)
         if result.status is UpsertOutcome.CONFLICT:  # config sync created it since the read
             raise config_owned(result.name)
+        if result.status is not UpsertOutcome.UNCHANGED:
+            self._record(action, result.name, why, actor)
         return UpsertStatus(result.status.value)
 
-    def pause(self, name: str) -> ScheduleView:
+    def pause(
+        self, name: str, *, reason: str | None = None, actor: str | None = None
+    ) -> ScheduleView:
         """Stop ticking until ``resume``; pausing a paused schedule changes nothing."""
+        why = check_reason(reason)
         record = self._require(name)
         refuse_archived(record, "pause")
         if record.state is ScheduleState.PAUSED:
@@ -380,10 +435,14 @@ class DurableBeat:
         paused = store.set_state(
             record.name, ScheduleState.PAUSED, store.now_ms(), reason=StateReason.OPERATOR
         )
+        self._record(OperatorAction.PAUSE, record.name, why, actor)
         return schedule_view(paused)
 
-    def resume(self, name: str) -> ScheduleView:
+    def resume(
+        self, name: str, *, reason: str | None = None, actor: str | None = None
+    ) -> ScheduleView:
         """Tick again from the first occurrence after now: the paused window is not replayed."""
+        why = check_reason(reason)
         record = self._require(name)
         refuse_archived(record, "resume")
         if record.state is ScheduleState.ACTIVE:
@@ -395,27 +454,39 @@ class DurableBeat:
         tick = first_tick(record.definition, max(now, record.last_tick_ms or now))
         due = None if tick is None else due_ms(record.name, record.definition, tick)
         updated = store.set_state(record.name, ScheduleState.ACTIVE, now, tick, due)
+        self._record(OperatorAction.RESUME, record.name, why, actor)
         return schedule_view(updated)
 
-    def archive(self, name: str) -> ScheduleView:
+    def archive(
+        self, name: str, *, reason: str | None = None, actor: str | None = None
+    ) -> ScheduleView:
         """Retire a schedule, history kept. A config schedule still in config comes back at the
         next config sync (SPEC §3): remove it from ``beat_schedule`` to retire it for good."""
+        why = check_reason(reason)
         record = self._require(name)
         if record.state is ScheduleState.ARCHIVED:
             return schedule_view(record)
         store = self.store
-        return schedule_view(store.set_state(record.name, ScheduleState.ARCHIVED, store.now_ms()))
+        archived = store.set_state(record.name, ScheduleState.ARCHIVED, store.now_ms())
+        self._record(OperatorAction.ARCHIVE, record.name, why, actor)
+        return schedule_view(archived)
 
-    def delete(self, name: str) -> None:
-        """Remove the schedule; its history stays readable through ``history``."""
-        if not self.store.delete(check_name(name)):
+    def delete(self, name: str, *, reason: str | None = None, actor: str | None = None) -> None:
+        """Remove the schedule; its history and its action log stay readable."""
+        why = check_reason(reason)
+        record = self._require(name)
+        if not self.store.delete(record.name):
             raise ScheduleNotFound(name)
+        self._record(OperatorAction.DELETE, record.name, why, actor)
 
     def trigger(
         self,
         name: str,
         kwargs: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        *,
+        reason: str | None = None,
+        actor: str | None = None,
     ) -> TriggerResult:
         """Run a schedule's task now, outside its plan (the next tick does not move).
 
@@ -423,10 +494,61 @@ class DurableBeat:
         derived from it, and a key whose run is already recorded returns that run with
         ``created`` False — unless that run was sent with other ``kwargs``: InvalidArgument
         (field ``kwargs``), since replaying it would silently drop the new ones. Raises
-        PublishFailed when the broker refuses the message.
+        PublishFailed when the broker refuses the message. A run sent records an action row.
         """
+        why = check_reason(reason)
         record = self._require(name)
-        return run_now(self.store, self.publisher, record, kwargs, idempotency_key)
+        result = run_now(self.store, self.publisher, record, kwargs, idempotency_key)
+        if result.created:
+            self._record(OperatorAction.TRIGGER, record.name, why, actor)
+        return result
+
+    def backfill(
+        self,
+        name: str,
+        start: datetime,
+        end: datetime,
+        *,
+        dry_run: bool = False,
+        reason: str | None = None,
+        actor: str | None = None,
+    ) -> BackfillResult:
+        """Publish, oldest first, every occurrence in ``[start, end]`` that has no ``enqueued``
+        record, under the task id its automatic tick has or would have had (SPEC §15;
+        ``control/backfill.py``). At most 1,000 occurrences; refused when the window reaches
+        before pruned history or past now. ``dry_run`` lists them and sends nothing. Raises
+        PublishFailed when the broker refuses (the batches sent before are recorded)."""
+        why = check_reason(reason)
+        start_ms, end_ms = _instant_ms("from", start), _instant_ms("to", end)
+        record = self._require(name)
+        store = self.store
+        planned = plan_backfill(store, record, start_ms, end_ms, self.settings.history_keep)
+        if dry_run or not planned.ticks:
+            return planned
+        publish_backfill(store, self.publisher, record, planned.ticks)
+        self._record(OperatorAction.BACKFILL, record.name, why, actor)
+        return replace(planned, dry_run=False)
+
+    # -- who did what -------------------------------------------------------------------------
+    def actions(
+        self, name: str | None = None, limit: int = 30, cursor: str | None = None
+    ) -> ActionsPage:
+        """Operator actions newest first, of one schedule (also after it was deleted) or of
+        all, ``limit`` (1..100) per page."""
+        _check_range("limit", limit, ACTIONS_LIMIT)
+        before_id = None if cursor is None else decode_cursor(cursor, ACTIONS_CURSOR)
+        if name is not None:
+            check_name(name)
+        store = self.store
+        found = store.actions(name, limit + 1, before_id)
+        if name is not None and not found and cursor is None and store.get(name) is None:
+            raise ScheduleNotFound(name)
+        page = found[:limit]
+        more = len(found) > limit and bool(page)
+        return ActionsPage(
+            actions=tuple(action_view(row) for row in page),
+            next_cursor=encode_cursor(page[-1].id, ACTIONS_CURSOR) if more else None,
+        )
 
 
 # -- helpers (pure) ---------------------------------------------------------------------------
@@ -435,6 +557,16 @@ def _would_upsert(existing: ScheduleRecord | None, valid: Definition) -> UpsertS
     against the row as read (the caller refused a config one already)."""
     row = None if existing is None else stored_row(existing)
     return UpsertStatus(decide_upsert(row, valid, Source.API, None).status.value)
+
+
+def _instant_ms(label: str, value: object) -> int:
+    """An aware datetime as epoch ms; InvalidArgument naming ``label`` otherwise."""
+    if not isinstance(value, datetime) or value.tzinfo is None:
+        raise InvalidArgument(
+            f"{label} must be an instant with an offset, e.g. 2026-12-01T03:00:00Z; got {value!r}",
+            field=label,
+        )
+    return datetime_to_ms(value)
 
 
 def _check_range(label: str, value: object, bounds: Sequence[int]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
@@ -18,11 +18,18 @@ from typing import Any
 from celery_durable_beat.control.shown import INVALID, FieldProblem, Shown
 from celery_durable_beat.exceptions import InvalidArgument
 from celery_durable_beat.ids import format_tick_instant
-from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition, ScheduleState
+from celery_durable_beat.model import (
+    EXPIRES_NEXT_TICK,
+    Definition,
+    OperatorAction,
+    ScheduleState,
+)
 from celery_durable_beat.schedules.bounds import name_problem
-from celery_durable_beat.store.base import ScheduleRecord, StoredEvent
+from celery_durable_beat.store.base import ScheduleRecord, StoredAction, StoredEvent
 
 _CURSOR_PREFIX = "h1."
+ACTIONS_CURSOR = "a1."
+"""The prefix of an ``actions`` cursor: a history cursor is refused there, and the other way."""
 _LAST_EVENT_ID = 2**63 - 1
 """The largest id an audit record can have (a BIGINT column)."""
 
@@ -125,6 +132,18 @@ class Overdue:
 
 
 @dataclass(frozen=True)
+class PausedBy:
+    """The operator's pause that holds a schedule: who, when (ISO 8601 UTC) and why."""
+
+    actor: str
+    at: str
+    reason: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"actor": self.actor, "at": self.at, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class ScheduleDetail(ScheduleView):
     """A schedule as ``show`` gives it, flat: its attributes are the ``show --json`` fields.
 
@@ -142,6 +161,8 @@ class ScheduleDetail(ScheduleView):
     args: tuple[Any, ...]
     kwargs: Mapping[str, Any]
     options: Mapping[str, Any]
+    paused_by: PausedBy | None = None
+    """Who paused it, when and why (SPEC §15); None unless an operator's pause holds it."""
 
     def to_json(self) -> dict[str, Any]:
         body = {
@@ -153,6 +174,7 @@ class ScheduleDetail(ScheduleView):
             "args": list(self.args),
             "kwargs": dict(self.kwargs),
             "options": dict(self.options),
+            "paused_by": None if self.paused_by is None else self.paused_by.to_json(),
         }
         return _with_invalid(body, self.invalid)
 
@@ -166,6 +188,7 @@ DETAIL_FIELDS = (
     "args",
     "kwargs",
     "options",
+    "paused_by",
 )
 """The fields of ``show --json`` and the attributes of ``DurableBeat.get``, in SPEC §8's order."""
 
@@ -213,6 +236,94 @@ class HistoryPage:
 
     def to_json(self) -> dict[str, Any]:
         return {"events": [e.to_json() for e in self.events], "next_cursor": self.next_cursor}
+
+
+@dataclass(frozen=True)
+class ActionView:
+    """One operator action (SPEC §15); ``id`` feeds the cursor and is not serialised."""
+
+    id: int
+    at: str
+    actor: str
+    action: str
+    schedule: str
+    reason: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "actor": self.actor,
+            "action": self.action,
+            "schedule": self.schedule,
+            "reason": self.reason,
+        }
+
+
+def action_view(row: StoredAction) -> ActionView:
+    return ActionView(
+        id=row.id,
+        at=format_tick_instant(row.at_ms),
+        actor=row.actor,
+        action=row.action.value,
+        schedule=row.schedule,
+        reason=row.reason,
+    )
+
+
+def paused_by(newest_first: Sequence[StoredAction]) -> PausedBy | None:
+    """The operator's pause holding a paused schedule: its newest pause, unless a resume came
+    after it (then beat paused it itself: failures or ``enabled: false``, which
+    ``state_reason`` names)."""
+    for row in newest_first:
+        if row.action is OperatorAction.RESUME:
+            return None
+        if row.action is OperatorAction.PAUSE:
+            return PausedBy(row.actor, format_tick_instant(row.at_ms), row.reason)
+    return None
+
+
+@dataclass(frozen=True)
+class ActionsPage:
+    """Actions newest first; ``next_cursor`` fetches older ones (None on the last page)."""
+
+    actions: tuple[ActionView, ...]
+    next_cursor: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"actions": [a.to_json() for a in self.actions], "next_cursor": self.next_cursor}
+
+
+@dataclass(frozen=True)
+class BackfillTick:
+    """One occurrence a backfill publishes (or, dry, would): instant, ms and task id."""
+
+    tick: str
+    tick_ms: int
+    task_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tick": self.tick, "tick_ms": self.tick_ms, "task_id": self.task_id}
+
+
+@dataclass(frozen=True)
+class BackfillResult:
+    """A backfill (SPEC §15): the window's occurrences, how many were enqueued already, and
+    the ones published (``dry_run``: the ones that would be), oldest first."""
+
+    schedule: str
+    dry_run: bool
+    occurrences: int
+    already_enqueued: int
+    ticks: tuple[BackfillTick, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schedule": self.schedule,
+            "dry_run": self.dry_run,
+            "occurrences": self.occurrences,
+            "already_enqueued": self.already_enqueued,
+            "ticks": [t.to_json() for t in self.ticks],
+        }
 
 
 @dataclass(frozen=True)
@@ -341,23 +452,24 @@ def event_view(event: StoredEvent) -> EventView:
     )
 
 
-def encode_cursor(event_id: int) -> str:
+def encode_cursor(event_id: int, prefix: str = _CURSOR_PREFIX) -> str:
     """An opaque page cursor: callers pass it back, never build one."""
-    raw = f"{_CURSOR_PREFIX}{event_id}".encode()
+    raw = f"{prefix}{event_id}".encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def decode_cursor(cursor: str) -> int:
+def decode_cursor(cursor: str, prefix: str = _CURSOR_PREFIX) -> int:
     """The event id of a cursor ``encode_cursor`` gave out; anything else is refused as invalid
     input naming ``cursor`` (never sent to the store: an id past BIGINT would fail there)."""
+    source = "history" if prefix == _CURSOR_PREFIX else "actions"
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        if not raw.startswith(_CURSOR_PREFIX):
+        if not raw.startswith(prefix):
             raise ValueError(raw)
-        event_id = int(raw[len(_CURSOR_PREFIX) :])
+        event_id = int(raw[len(prefix) :])
     except (ValueError, binascii.Error, UnicodeDecodeError):
         raise InvalidArgument(
-            f"cursor {cursor!r} is not one history gave out; start again without a cursor",
+            f"cursor {cursor!r} is not one {source} gave out; start again without a cursor",
             field="cursor",
         ) from None
     if not 1 <= event_id <= _LAST_EVENT_ID:

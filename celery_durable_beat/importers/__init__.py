@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from celery_durable_beat.control import DurableBeat
+from celery_durable_beat.control.actors import check_reason
 from celery_durable_beat.importers import django_celery_beat, redbeat, sqlalchemy_celery_beat
 from celery_durable_beat.importers.base import ImportLine, ImportReport, PeerEntry, run_import
 from celery_durable_beat.urls import redact_url
@@ -33,8 +34,10 @@ def read_entries(kind: str, url: str, now: datetime | None = None) -> list[PeerE
 
 
 def import_schedules(
-    beat: DurableBeat, kind: str, url: str, *, dry_run: bool = False
+    beat: DurableBeat, kind: str, url: str, *, dry_run: bool = False, reason: str | None = None
 ) -> ImportReport:
-    """Read the peer at ``url`` and upsert each entry it holds through ``beat``."""
+    """Read the peer at ``url`` and upsert each entry it holds through ``beat``; each schedule
+    written records an ``import`` action with ``reason`` (SPEC §15)."""
+    check_reason(reason)  # refused before the peer is read, not once per entry
     entries = read_entries(kind, url)
-    return run_import(beat, kind, redact_url(url), entries, dry_run=dry_run)
+    return run_import(beat, kind, redact_url(url), entries, dry_run=dry_run, reason=reason)

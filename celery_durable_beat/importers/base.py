@@ -24,6 +24,7 @@ from celery.schedules import crontab
 from celery_durable_beat.control import DurableBeat
 from celery_durable_beat.exceptions import ConfigError, ScheduleConflict
 from celery_durable_beat.ids import name_key
+from celery_durable_beat.model import OperatorAction
 
 STATUSES = ("created", "updated", "unchanged", "refused")
 """The word that starts each entry's outcome, in the order the total counts them."""
@@ -97,9 +98,16 @@ class ImportReport:
 
 
 def run_import(
-    beat: DurableBeat, kind: str, source: str, entries: Iterable[PeerEntry], *, dry_run: bool
+    beat: DurableBeat,
+    kind: str,
+    source: str,
+    entries: Iterable[PeerEntry],
+    *,
+    dry_run: bool,
+    reason: str | None = None,
 ) -> ImportReport:
-    """Upsert every carried entry through ``beat``; refuse the rest, each with its reason."""
+    """Upsert every carried entry through ``beat``; refuse the rest, each with its reason.
+    Each schedule created or changed records an ``import`` action with ``reason``."""
     seen: dict[str, str] = {}
     lines = []
     for peer in entries:
@@ -110,15 +118,17 @@ def run_import(
             )
             continue
         seen[key] = peer.name
-        lines.append(_one(beat, peer, dry_run=dry_run))
+        lines.append(_one(beat, peer, dry_run=dry_run, reason=reason))
     return ImportReport(kind=kind, source=source, dry_run=dry_run, lines=tuple(lines))
 
 
-def _one(beat: DurableBeat, peer: PeerEntry, *, dry_run: bool) -> ImportLine:
+def _one(beat: DurableBeat, peer: PeerEntry, *, dry_run: bool, reason: str | None) -> ImportLine:
     if peer.entry is None:
         return ImportLine(peer.name, "refused", peer.refused or "no entry")
     try:
-        status = beat.upsert(peer.name, peer.entry, dry_run=dry_run)
+        status = beat.upsert(
+            peer.name, peer.entry, dry_run=dry_run, reason=reason, action=OperatorAction.IMPORT
+        )
     except ConfigError as exc:
         return ImportLine(peer.name, "refused", "; ".join(p.problem for p in exc.problems))
     except ScheduleConflict as exc:

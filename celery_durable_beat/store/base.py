@@ -25,6 +25,7 @@ from typing import Protocol
 from celery_durable_beat.model import Definition, ScheduleState, Source, StateReason
 from celery_durable_beat.store.values import (
     PRUNE_CHUNK,
+    ActionEntry,
     Advance,
     AuditEvent,
     ConfigChange,
@@ -33,6 +34,7 @@ from celery_durable_beat.store.values import (
     Recheck,
     RedeliveryCandidate,
     ScheduleRecord,
+    StoredAction,
     StoredDigest,
     StoredEvent,
     UpsertOutcome,
@@ -41,6 +43,7 @@ from celery_durable_beat.store.values import (
 
 __all__ = [
     "PRUNE_CHUNK",
+    "ActionEntry",
     "Advance",
     "AdminStore",
     "AuditEvent",
@@ -57,6 +60,7 @@ __all__ = [
     "SchemaStore",
     "Store",
     "StatusStore",
+    "StoredAction",
     "StoredDigest",
     "StoredEvent",
     "SyncStore",
@@ -218,7 +222,15 @@ class AdminStore(Protocol):
         schedule (nothing a stale leader could double-advance), its task id comes from the
         idempotency key (``find_enqueued`` and rule 3's uniqueness dedup a repeat), and an
         operator must be able to run a task while no leader is up. The record carries the
-        newest epoch at the time of writing, for reading only.
+        newest epoch at the time of writing, for reading only. ``record_backfill(events)``
+        writes a backfill's records (trigger ``backfill``, refusing any other) the same way, in
+        one transaction: an ``enqueued`` one whose task id has an ``enqueued`` record already
+        (the automatic tick got there first) is dropped by rule 3, never an error.
+    12. **Who did what.** ``record_action(entry, keep)`` writes one action row stamped with the
+        store's clock and, in the same transaction, removes that schedule's rows older than
+        its ``keep`` newest (``rules.prunable_actions``): the log is bounded per schedule and,
+        keyed by name like history, outlives the schedule. An actor outside 1..``ACTOR_LENGTH``
+        characters or a reason over ``REASON_LENGTH`` is refused (``rules.check_action``).
     """
 
     def upsert(
@@ -246,6 +258,12 @@ class AdminStore(Protocol):
 
     def record_manual(self, event: AuditEvent) -> None:
         """Write a manual run's record, unfenced (rule 10); InvalidArgument for another trigger."""
+
+    def record_backfill(self, events: Sequence[AuditEvent]) -> None:
+        """Write a backfill's records, unfenced, in one transaction (rule 10)."""
+
+    def record_action(self, entry: ActionEntry, keep: int) -> None:
+        """Write one action row and prune that schedule's log to ``keep`` rows (rule 12)."""
 
 
 class StatusStore(Protocol):
@@ -276,6 +294,18 @@ class StatusStore(Protocol):
 
     def find_enqueued(self, task_id: str) -> StoredEvent | None:
         """The ``enqueued`` record of a task id, if any (manual-run idempotency)."""
+
+    def enqueued_among(self, task_ids: Sequence[str]) -> set[str]:
+        """Which of these task ids have an ``enqueued`` record (a backfill's gaps), one read."""
+
+    def history_extent(self, name: str) -> tuple[int, int | None]:
+        """How many audit records a schedule keeps, and the oldest tick among them (whether a
+        backfill window reaches before what history can still prove)."""
+
+    def actions(
+        self, name: str | None, limit: int, before_id: int | None = None
+    ) -> list[StoredAction]:
+        """Action rows newest first, of one schedule (None: all), ids below ``before_id``."""
 
     def counts_by_state(self) -> dict[str, int]:
         """How many schedules are in each state."""

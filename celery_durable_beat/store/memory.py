@@ -49,19 +49,23 @@ from celery_durable_beat.model import (
 from celery_durable_beat.store.memory_rows import Fence, Row, Watched, to_stored
 from celery_durable_beat.store.rules import (
     advance_applies,
+    check_action,
     check_advances,
     check_at_least,
+    check_backfill,
     check_changes,
     check_manual,
     decide_change,
     decide_upsert,
     is_first_enqueued,
     prunable,
+    prunable_actions,
     refuse_stale,
     state_values,
     storable_key,
 )
 from celery_durable_beat.store.values import (
+    ActionEntry,
     Advance,
     AuditEvent,
     ConfigChange,
@@ -70,6 +74,7 @@ from celery_durable_beat.store.values import (
     Recheck,
     RedeliveryCandidate,
     ScheduleRecord,
+    StoredAction,
     StoredDigest,
     StoredEvent,
     UpsertDecision,
@@ -101,6 +106,8 @@ class MemoryStore:
         self._fence = Fence()
         self._next_row_id = 1
         self._next_event_id = 1
+        self._actions: dict[str, list[StoredAction]] = {}  # by lower-cased name, oldest first
+        self._next_action_id = 1
         self._run_state: RunStateLookup = _no_run_state
 
     def __repr__(self) -> str:
@@ -275,6 +282,55 @@ class MemoryStore:
         check_manual(event)
         with self._lock:
             self._insert_events([_Pending(event, self._fence.epoch, self.now_ms())])
+
+    def record_backfill(self, events: Sequence[AuditEvent]) -> None:
+        """Rule 10 for a backfill's records: unfenced, a second ``enqueued`` one dropped."""
+        check_backfill(events)
+        with self._lock:
+            now = self.now_ms()
+            self._insert_events([_Pending(event, self._fence.epoch, now) for event in events])
+
+    def record_action(self, entry: ActionEntry, keep: int) -> None:
+        """Rule 12: the row at the store's clock, then the schedule's rows past ``keep``."""
+        check_action(entry)
+        check_at_least("keep", keep, 1)
+        with self._lock:
+            key = name_key(entry.schedule)
+            rows = self._actions.setdefault(key, [])
+            rows.append(
+                StoredAction(
+                    self._next_action_id,
+                    self.now_ms(),
+                    entry.actor,
+                    entry.action,
+                    entry.schedule,
+                    entry.reason,
+                )
+            )
+            self._next_action_id += 1
+            drop = prunable_actions([row.id for row in rows], keep)
+            self._actions[key] = [row for row in rows if row.id not in drop]
+
+    def actions(
+        self, name: str | None, limit: int, before_id: int | None = None
+    ) -> list[StoredAction]:
+        check_at_least("actions limit", limit, 1)
+        with self._lock:
+            if name is None:
+                found = [row for rows in self._actions.values() for row in rows]
+            else:
+                found = list(self._actions.get(name_key(name), []))
+        found = [row for row in found if before_id is None or row.id < before_id]
+        return sorted(found, key=lambda row: row.id, reverse=True)[:limit]
+
+    def enqueued_among(self, task_ids: Sequence[str]) -> set[str]:
+        with self._lock:
+            return {task_id for task_id in task_ids if task_id in self._enqueued}
+
+    def history_extent(self, name: str) -> tuple[int, int | None]:
+        with self._lock:
+            events = self._events.get(name_key(name), [])
+            return len(events), min((e.tick_ms for e in events), default=None)
 
     # -- history ------------------------------------------------------------------------------
     def history(self, name: str, limit: int, before_id: int | None = None) -> list[StoredEvent]:

@@ -30,7 +30,10 @@ from celery_durable_beat.model import (
 )
 from celery_durable_beat.policy import due_ms
 from celery_durable_beat.store.values import (
+    ACTOR_LENGTH,
     NAME_LENGTH,
+    REASON_LENGTH,
+    ActionEntry,
     Advance,
     AuditEvent,
     ConfigChange,
@@ -96,13 +99,43 @@ def is_first_enqueued(event: AuditEvent) -> bool:
     )
 
 
-def check_manual(event: AuditEvent) -> None:
-    """Rule 10: only a manual run's record is written outside the fence."""
-    if stored_value(event.trigger) != Trigger.MANUAL.value:
+OPERATOR_TRIGGERS = (Trigger.MANUAL.value, Trigger.BACKFILL.value)
+"""The triggers an operator's records carry: the only ones written outside the fence."""
+
+
+def check_manual(event: AuditEvent, allowed: Sequence[str] = (Trigger.MANUAL.value,)) -> None:
+    """Rule 10: only an operator's records (manual runs; backfills through
+    ``record_backfill``) are written outside the fence."""
+    if stored_value(event.trigger) not in allowed:
         raise InvalidArgument(
-            f"record_manual writes manual runs only; schedule {event.schedule!r} got trigger "
-            f"{stored_value(event.trigger)!r}: automatic records go through settle, fenced"
+            f"an unfenced write takes {' or '.join(allowed)} records only; schedule "
+            f"{event.schedule!r} got trigger {stored_value(event.trigger)!r}: automatic records "
+            "go through settle, fenced"
         )
+
+
+def check_backfill(events: Sequence[AuditEvent]) -> None:
+    """Rule 10 for ``record_backfill``: backfill records only."""
+    for event in events:
+        check_manual(event, (Trigger.BACKFILL.value,))
+
+
+def check_action(entry: ActionEntry) -> None:
+    """Rule 12: an action row's text fits its columns; refused alike on every backend."""
+    storable_key(entry.schedule)
+    if not entry.actor or len(entry.actor) > ACTOR_LENGTH:
+        raise InvalidArgument(f"an actor must have 1 to {ACTOR_LENGTH} characters")
+    if entry.reason is not None and len(entry.reason) > REASON_LENGTH:
+        raise InvalidArgument(
+            f"reason has {len(entry.reason)} characters; give at most {REASON_LENGTH}",
+            field="reason",
+        )
+
+
+def prunable_actions(ids: Sequence[int], keep: int) -> set[int]:
+    """Rule 12's pruning for one schedule: the action rows older than its ``keep`` newest
+    (``store/sql/actions._prune``'s reference)."""
+    return set(sorted(ids, reverse=True)[max(keep, 0) :])
 
 
 def check_advances(advances: Sequence[Advance]) -> None:

@@ -26,7 +26,7 @@ from sqlalchemy import (
     literal_column,
 )
 
-from celery_durable_beat.store.values import NAME_LENGTH
+from celery_durable_beat.store.values import ACTOR_LENGTH, NAME_LENGTH, REASON_LENGTH
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -172,3 +172,18 @@ workers = Table(
 )
 """Workers that ran ``install(app)``, each announcing the queues it consumes on its heartbeat
 (``require_worker``, ``status``)."""
+
+actions = Table(
+    "durable_beat_actions",
+    metadata,
+    Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("at_ms", BigInteger(), nullable=False),
+    Column("actor", String(ACTOR_LENGTH), nullable=False),
+    Column("action", String(16), nullable=False),
+    Column("schedule", String(NAME_LENGTH), nullable=False),
+    Column("schedule_key", String(NAME_LENGTH), nullable=False),
+    Column("reason", String(REASON_LENGTH), nullable=True),
+)
+"""Who did what (SPEC §15): one row per operator action, keyed by schedule name like the audit
+(it outlives the schedule), kept ``durable_beat_history_keep`` rows per schedule."""
+Index("ix_durable_beat_actions_schedule_key_id", actions.c.schedule_key, actions.c.id)

@@ -15,6 +15,7 @@ from typing import Any
 
 from celery_durable_beat.model import (
     Definition,
+    OperatorAction,
     Outcome,
     ScheduleState,
     Source,
@@ -24,6 +25,11 @@ from celery_durable_beat.model import (
 
 NAME_LENGTH = 200
 """Longest schedule name (and lower-cased name) the store accepts (the columns' width)."""
+
+ACTOR_LENGTH = 255
+"""Longest actor name an action row holds (a token's name, ``cli:<user>@<host>``)."""
+REASON_LENGTH = 500
+"""Longest reason an operator may give (SPEC §15: reasons are user text, bounded)."""
 
 PRUNE_CHUNK = 500
 """Schedules whose surplus history one pruning statement removes (rule 8)."""
@@ -158,6 +164,28 @@ class StoredEvent:
     recorded_at_ms: int
     detail: Mapping[str, Any]
     run_state: str | None
+
+
+@dataclass(frozen=True)
+class ActionEntry:
+    """One operator action to record (SPEC §15); the store stamps ``at`` with its clock."""
+
+    actor: str
+    action: OperatorAction
+    schedule: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class StoredAction:
+    """An action row as read back: ``id`` orders rows and feeds the cursor."""
+
+    id: int
+    at_ms: int
+    actor: str
+    action: OperatorAction
+    schedule: str
+    reason: str | None
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ pytestmark = pytest.mark.unit
 
 SPEC_SHOW_FIELDS = {
     *LIST_FIELDS,
-    *("description", "about", "overdue", "next", "args", "kwargs", "options"),
+    # paused_by: SPEC §15
+    *("description", "about", "overdue", "next", "args", "kwargs", "options", "paused_by"),
 }
 REPORT = {
     "task": "proj.report",

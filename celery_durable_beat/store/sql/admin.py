@@ -228,11 +228,13 @@ def delete_schedule(conn: Connection, name: str) -> bool:
     return result.rowcount > 0
 
 
-def record_manual(conn: Connection, event: AuditEvent) -> None:
+def record_manual(conn: Connection, event: AuditEvent, *, check: bool = True) -> None:
     """One manual run's record, outside the fence by design (``AdminStore`` rule 10): no epoch
     condition; the row carries the fence's newest epoch, read in the same statement, for
-    reading only. A second ``enqueued`` row for its task id is dropped (rule 3)."""
-    check_manual(event)
+    reading only. A second ``enqueued`` row for its task id is dropped (rule 3). ``check``
+    False: the caller checked the trigger already (a backfill's records)."""
+    if check:
+        check_manual(event)
     newest = select(fence.c.epoch).where(fence.c.id == FENCE_ID).scalar_subquery()
     postgres = conn.dialect.name == "postgresql"
     stmt = (

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from celery_durable_beat.model import Definition, ScheduleState, Source, StateReason
 from celery_durable_beat.store.rules import check_advances, check_at_least
+from celery_durable_beat.store.sql import actions as sql_actions
 from celery_durable_beat.store.sql import admin as sql_admin
 from celery_durable_beat.store.sql import config_sync as sql_sync
 from celery_durable_beat.store.sql import redelivery as sql_redelivery
@@ -28,6 +29,7 @@ from celery_durable_beat.store.sql import schema as sql_schema
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, limit_idle
 from celery_durable_beat.store.tables import FENCE_ID, fence, schedules
 from celery_durable_beat.store.values import (
+    ActionEntry,
     Advance,
     AuditEvent,
     ConfigChange,
@@ -36,6 +38,7 @@ from celery_durable_beat.store.values import (
     Recheck,
     RedeliveryCandidate,
     ScheduleRecord,
+    StoredAction,
     StoredDigest,
     StoredEvent,
     UpsertResult,
@@ -204,6 +207,26 @@ class SqlStore(LazyEngine):
 
     def record_manual(self, event: AuditEvent) -> None:
         self._write(lambda conn: sql_admin.record_manual(conn, event))
+
+    def record_backfill(self, events: Sequence[AuditEvent]) -> None:
+        if events:
+            self._write(lambda conn: sql_actions.record_backfill(conn, events))
+
+    def record_action(self, entry: ActionEntry, keep: int) -> None:
+        self._write(lambda conn: sql_actions.record_action(conn, entry, keep))
+
+    def actions(
+        self, name: str | None, limit: int, before_id: int | None = None
+    ) -> list[StoredAction]:
+        return self._read(lambda conn: sql_actions.list_actions(conn, name, limit, before_id))
+
+    def enqueued_among(self, task_ids: Sequence[str]) -> set[str]:
+        if not task_ids:
+            return set()
+        return self._read(lambda conn: sql_round.enqueued_among(conn, task_ids))
+
+    def history_extent(self, name: str) -> tuple[int, int | None]:
+        return self._read(lambda conn: sql_actions.history_extent(conn, name))
 
     def history(self, name: str, limit: int, before_id: int | None = None) -> list[StoredEvent]:
         return self._read(lambda conn: sql_admin.history(conn, name, limit, before_id))
