@@ -43,6 +43,17 @@ class Role(str, Enum):
 _URL_FIELDS = ("url", "lease_url")
 
 
+class TokenSpec(BaseModel):
+    """A token's role and the name its actions are recorded under (SPEC §15):
+    ``{"role": "operator", "name": "alice"}``. A bare role string is named
+    ``<role>-<first 6 hex of the token's SHA-256>`` instead (``web/auth.py``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    role: Role
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")
+
+
 class Settings(BaseModel):
     """Every ``durable_beat_*`` setting with its default.
 
@@ -83,8 +94,9 @@ class Settings(BaseModel):
     extra: with the port set and the client missing, beat refuses to start."""
     flower_url: str | None = None
     """Flower's base URL: the console links each task id to ``{flower_url}/task/{id}``."""
-    api_tokens: dict[str, Role] | None = Field(None, repr=False)
-    """Token → role for ``serve`` (SPEC §9); ``DURABLE_BEAT_API_TOKENS`` (``role:token,…``)
+    api_tokens: dict[str, Role | TokenSpec] | None = Field(None, repr=False)
+    """Token → role, or → ``{"role", "name"}``, for ``serve`` (SPEC §9, §15: the name is the
+    actor its actions are recorded under); ``DURABLE_BEAT_API_TOKENS`` (``role:token,…``)
     overrides. Never shown: not in repr, and a bad value is reported without it."""
     redact: tuple[str, ...] = DEFAULT_REDACT
     """Key substrings (case-insensitive, any depth) whose values read surfaces and the tick
@@ -198,7 +210,8 @@ def _problem(error: Any) -> SettingProblem:
     value = error.get("input")
     if name == "api_tokens":
         message = (
-            "must map each token to viewer, operator or admin "
+            "must map each token to viewer, operator or admin, or to "
+            '{"role": "operator", "name": "alice"} (a name of 1 to 64 printable characters) '
             f"({TOKENS_ENV} reads role:token,role:token)"
         )
         return SettingProblem(

@@ -9,10 +9,12 @@ id, not the token (``web/session.py``).
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-from celery_durable_beat.settings import TOKENS_ENV, Role
+from celery_durable_beat.settings import TOKENS_ENV, Role, TokenSpec
 
 COOKIE = "durable_beat_session"
 """The console's cookie: an opaque, signed session id (``web/session.py``), never a token;
@@ -47,27 +49,58 @@ class ShortToken(BadTokens):
         )
 
 
-class Tokens:
-    """The configured tokens; ``role_of`` answers which role a presented token has."""
+@dataclass(frozen=True)
+class Caller:
+    """Who presented a known token: its role, and the name actions are recorded under."""
 
-    def __init__(self, tokens: Mapping[str, Role] | None) -> None:
+    role: Role
+    name: str
+
+
+def token_name(token: str, role: Role) -> str:
+    """The name of a token configured with a bare role: ``<role>-<first 6 hex of its
+    SHA-256>``, which tells tokens apart in the action log without revealing them."""
+    digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{role.value}-{digest[:6]}"
+
+
+def _caller(token: str, value: Role | TokenSpec | str | Mapping[str, str]) -> Caller:
+    if isinstance(value, TokenSpec):
+        return Caller(value.role, value.name)
+    if isinstance(value, Mapping):
+        spec = TokenSpec.model_validate(value)
+        return Caller(spec.role, spec.name)
+    role = Role(value)
+    return Caller(role, token_name(token, role))
+
+
+class Tokens:
+    """The configured tokens; ``identify`` answers who a presented token is (role and name)."""
+
+    def __init__(self, tokens: Mapping[str, Role | TokenSpec] | None) -> None:
         if not tokens:
             raise NoTokens()
-        for token, role in tokens.items():
+        callers = {token: _caller(token, value) for token, value in tokens.items()}
+        for token, caller in callers.items():
             if len(token) < MIN_TOKEN:
-                raise ShortToken(Role(role), len(token))
-        self._tokens = tuple((token.encode(), Role(role)) for token, role in tokens.items())
+                raise ShortToken(caller.role, len(token))
+        self._tokens = tuple((token.encode(), caller) for token, caller in callers.items())
 
-    def role_of(self, presented: str | None) -> Role | None:
-        """The role of ``presented``, or None; every token is compared, each in constant time."""
+    def identify(self, presented: str | None) -> Caller | None:
+        """Who ``presented`` is, or None; every token is compared, each in constant time."""
         if not presented:
             return None
         candidate = presented.encode("utf-8", "surrogatepass")  # any text, never a 500
-        found: Role | None = None
-        for token, role in self._tokens:
+        found: Caller | None = None
+        for token, caller in self._tokens:
             if hmac.compare_digest(token, candidate):
-                found = role
+                found = caller
         return found
+
+    def role_of(self, presented: str | None) -> Role | None:
+        """The role of ``presented``, or None (``identify``'s role)."""
+        found = self.identify(presented)
+        return None if found is None else found.role
 
 
 def bearer(header: str | None) -> str | None:

@@ -14,6 +14,7 @@ is not a permission). The schedules table is filtered and paged on the server, s
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,8 +27,8 @@ from fastapi.templating import Jinja2Templates
 
 from celery_durable_beat.control import DurableBeat
 from celery_durable_beat.control.shown import Shown
-from celery_durable_beat.control.views import ScheduleView
-from celery_durable_beat.exceptions import DurableBeatError, ScheduleNotFound
+from celery_durable_beat.control.views import BackfillResult, ScheduleView
+from celery_durable_beat.exceptions import DurableBeatError, InvalidArgument, ScheduleNotFound
 from celery_durable_beat.schedules.describe import describe
 from celery_durable_beat.settings import Role
 from celery_durable_beat.web.auth import COOKIE, Tokens, allows
@@ -44,7 +45,14 @@ LAST_PAGE = 1_000_000
 as any page past the end does."""
 HISTORY_PAGE = 25
 STATES = ("active", "paused", "quarantined", "archived")
-ACTIONS = {"pause": Role.OPERATOR, "resume": Role.OPERATOR, "trigger": Role.OPERATOR}
+ACTIONS = {
+    "pause": Role.OPERATOR,
+    "resume": Role.OPERATOR,
+    "trigger": Role.OPERATOR,
+    "backfill": Role.OPERATOR,
+}
+ACTION_LOG = 25
+"""Actions the schedule page shows, newest first (``actions NAME`` pages further)."""
 DONE = {"pause": "Paused.", "resume": "Resumed: it ticks again from now.", "trigger": "Sent."}
 
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
@@ -157,14 +165,14 @@ def login(
         answer.headers["Retry-After"] = str(max(1, round(wait)))
         return answer
     tokens: Tokens = request.app.state.tokens
-    role = tokens.role_of(token.strip())
-    if role is None:
+    caller = tokens.identify(token.strip())
+    if caller is None:
         throttle.failed(_client(request))
         return _login_page(request, "That token is not known.", status_code=401)
     throttle.succeeded(_client(request))
     sessions: Sessions = request.app.state.sessions
     sessions.end(request.cookies.get(COOKIE))  # a sign-in over a session replaces it
-    _, cookie = sessions.start(role)
+    _, cookie = sessions.start(caller.role, caller.name)
     answer = RedirectResponse("/", status_code=303)
     answer.set_cookie(
         COOKIE,
@@ -274,11 +282,14 @@ def _detail(
     message: str | None = None,
     error: str | None = None,
     status_code: int = 200,
+    backfill: BackfillResult | None = None,
+    window: tuple[str, str] = ("", ""),
 ) -> Response:
     beat: DurableBeat = request.app.state.beat
     try:
         detail = beat.get(name, count=10)
         history = beat.history(name, limit=HISTORY_PAGE, cursor=cursor)
+        log = beat.actions(name, limit=ACTION_LOG)
     except ScheduleNotFound:
         return _page(request, "missing.html", session, status_code=404, name=name)
     flower = request.app.state.flower_url
@@ -297,6 +308,10 @@ def _detail(
         message=message,
         error=error,
         run_key=secrets.token_hex(8),  # Run now's idempotency key: a double submit runs once
+        actions=log.actions,
+        more_actions=log.next_cursor is not None,
+        backfill=backfill,
+        window=window,
     )
 
 
@@ -307,8 +322,41 @@ def act(
     action: str,
     csrf: Annotated[str, Form()] = "",
     run: Annotated[str, Form()] = "",
+    reason: Annotated[str, Form()] = "",
+    start: Annotated[str, Form(alias="from")] = "",
+    end: Annotated[str, Form(alias="to")] = "",
+    preview: Annotated[str, Form()] = "",
 ) -> Response:
     session = _session(request)
+    refused = _refusal(session, action, csrf)
+    if refused is not None or session is None:
+        return refused or _to_login()
+    beat: DurableBeat = request.app.state.beat
+    why = Why(reason.strip() or None, session.actor)
+    if action == "backfill":
+        return _backfill(request, session, name, (start, end), bool(preview), why)
+    try:
+        if action == "trigger":
+            key = f"console-{run}" if run else None
+            beat.trigger(name, idempotency_key=key, reason=why.reason, actor=why.actor)
+        else:
+            getattr(beat, action)(name, reason=why.reason, actor=why.actor)
+    except DurableBeatError as exc:
+        return _detail(request, session, name, error=str(exc), status_code=_status(exc))
+    return RedirectResponse(f"/schedules/{quote(name, safe='')}?done={action}", status_code=303)
+
+
+@dataclass(frozen=True)
+class Why:
+    """What every console action records with it: the reason typed, and the signed-in token's
+    name (SPEC §15)."""
+
+    reason: str | None
+    actor: str
+
+
+def _refusal(session: Session | None, action: str, csrf: str) -> Response | None:
+    """The answer to a console action that may not run: signed out, unknown, CSRF, role."""
     if session is None:
         return _to_login()
     needed = ACTIONS.get(action)
@@ -318,12 +366,53 @@ def act(
         return _refused(403, "CSRF token missing or wrong: reload the page")
     if not allows(session.role, needed):
         return _refused(403, f"this needs the {needed.value} role")
+    return None
+
+
+def _status(exc: DurableBeatError) -> int:
+    """422 for input the form can fix, 409 for a state that refuses the action."""
+    return 422 if isinstance(exc, InvalidArgument) else 409
+
+
+def _backfill(
+    request: Request,
+    session: Session,
+    name: str,
+    window: tuple[str, str],
+    preview: bool,
+    why: Why,
+) -> Response:
+    """The backfill form: a preview lists the ticks, a run publishes them; the page answers
+    with the result either way (a repeated submit publishes nothing: SPEC §15)."""
     beat: DurableBeat = request.app.state.beat
     try:
-        if action == "trigger":
-            beat.trigger(name, idempotency_key=f"console-{run}" if run else None)
-        else:
-            getattr(beat, action)(name)
+        tz = beat.get(name, count=1).tz
+        start, end = _form_instant("from", window[0], tz), _form_instant("to", window[1], tz)
+        result = beat.backfill(
+            name, start, end, dry_run=preview, reason=why.reason, actor=why.actor
+        )
+    except ScheduleNotFound:
+        return _page(request, "missing.html", session, status_code=404, name=name)
     except DurableBeatError as exc:
-        return _detail(request, session, name, error=str(exc), status_code=409)
-    return RedirectResponse(f"/schedules/{quote(name, safe='')}?done={action}", status_code=303)
+        return _detail(
+            request, session, name, error=str(exc), status_code=_status(exc), window=window
+        )
+    verb = "Would send" if preview else "Sent"
+    done = (
+        f"{verb} {len(result.ticks)} of {result.occurrences} occurrences "
+        f"({result.already_enqueued} already enqueued)."
+    )
+    return _detail(request, session, name, message=done, backfill=result, window=window)
+
+
+def _form_instant(label: str, text: str, tz: str) -> datetime:
+    """A form's instant: ISO 8601 with an offset, or a wall time (``datetime-local``) in the
+    schedule's zone; InvalidArgument naming the field otherwise."""
+    try:
+        parsed = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidArgument(
+            f"{label}: {text!r} is not a date and time; pick one, e.g. 2026-12-01 03:00",
+            field=label,
+        ) from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=ZoneInfo(tz))

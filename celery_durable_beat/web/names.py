@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from starlette.convertors import Convertor, register_url_convertor
 
-ACTION_SUFFIXES = ("pause", "resume", "trigger", "archive", "enqueue-events")
+ACTION_SUFFIXES = ("pause", "resume", "trigger", "archive", "enqueue-events", "backfill")
 """The last path segments that name an action, never the end of a schedule's name."""
 
 

@@ -54,6 +54,14 @@ class OverdueOut(BaseModel):
     fires: list[str]
 
 
+class PausedByOut(BaseModel):
+    """The operator's pause holding a schedule; ``at`` is ISO 8601 UTC."""
+
+    actor: str
+    at: str
+    reason: str | None
+
+
 class ScheduleDetailOut(ScheduleOut):
     """The ``show --json`` object; ``args``/``kwargs``/``options`` redacted."""
 
@@ -64,6 +72,73 @@ class ScheduleDetailOut(ScheduleOut):
     args: list[Any]
     kwargs: dict[str, Any]
     options: dict[str, Any]
+    paused_by: PausedByOut | None
+
+
+def _reason() -> Any:
+    """The ``reason`` field every writing body has (SPEC §15)."""
+    return Field(
+        None,
+        max_length=500,
+        description="Why (recorded in the action log with the token's name; at most 500 "
+        "characters of one line)",
+    )
+
+
+class ReasonIn(BaseModel):
+    """The optional body of a state change: why, for the action log (SPEC §15)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str | None = _reason()
+
+
+class BackfillIn(BaseModel):
+    """A window ``[from, to]`` of ISO 8601 instants with offsets (SPEC §15)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    from_: str = Field(
+        alias="from", description="The window's first instant, e.g. 2026-12-01T00:00:00Z"
+    )
+    to: str = Field(description="The window's last instant (at most now)")
+    reason: str | None = _reason()
+    dry_run: bool = Field(False, description="List what would be published; send nothing")
+
+
+class BackfillTickOut(BaseModel):
+    tick: str
+    tick_ms: int
+    task_id: str
+
+
+class BackfillOut(BaseModel):
+    """What a backfill published (``dry_run``: would publish), oldest first."""
+
+    schedule: str
+    dry_run: bool
+    occurrences: int
+    already_enqueued: int
+    ticks: list[BackfillTickOut]
+
+
+class ActionOut(BaseModel):
+    """One operator action; ``at`` is ISO 8601 UTC."""
+
+    at: str
+    actor: str
+    action: Literal[
+        "pause", "resume", "archive", "delete", "upsert", "trigger", "backfill", "import"
+    ]
+    schedule: str
+    reason: str | None
+
+
+class ActionsOut(BaseModel):
+    """``actions --json``: newest first; pass ``next_cursor`` back for older ones."""
+
+    actions: list[ActionOut]
+    next_cursor: str | None
 
 
 class EventOut(BaseModel):
@@ -109,6 +184,7 @@ class TriggerIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     kwargs: dict[str, Any] | None = None
+    reason: str | None = _reason()
 
 
 class TriggerOut(BaseModel):

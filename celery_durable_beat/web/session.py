@@ -32,12 +32,14 @@ MOST_SESSIONS = 10_000
 
 @dataclass(frozen=True)
 class Session:
-    """A signed-in browser: its role, the CSRF value its forms carry, and when it ends."""
+    """A signed-in browser: its role, the CSRF value its forms carry, when it ends, and the
+    token's name (the actor its actions are recorded under)."""
 
     id: str
     role: Role
     csrf: str
     expires: float
+    actor: str = ""
 
 
 def same_text(expected: str, presented: str | None) -> bool:
@@ -66,10 +68,14 @@ class Sessions:
     def ttl(self) -> float:
         return self._ttl
 
-    def start(self, role: Role) -> tuple[Session, str]:
-        """A new session and its cookie value."""
+    def start(self, role: Role, actor: str = "") -> tuple[Session, str]:
+        """A new session and its cookie value; ``actor``: the signed-in token's name."""
         session = Session(
-            secrets.token_urlsafe(24), role, secrets.token_urlsafe(24), self._clock() + self._ttl
+            secrets.token_urlsafe(24),
+            role,
+            secrets.token_urlsafe(24),
+            self._clock() + self._ttl,
+            actor or role.value,
         )
         with self._lock:
             self._live[session.id] = session
