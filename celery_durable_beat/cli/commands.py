@@ -26,6 +26,7 @@ from celery.bin.base import CeleryCommand
 
 from celery_durable_beat.cli import format as cli_format
 from celery_durable_beat.control import ConfigCheck, DurableBeat, check_config
+from celery_durable_beat.control.actors import local_actor
 from celery_durable_beat.control.views import NextTick
 from celery_durable_beat.exceptions import (
     ConfigError,
@@ -128,7 +129,7 @@ def control(ctx: click.Context) -> DurableBeat:
         checked = check_config(app)
         if not checked.ok:
             warn_invalid(checked)
-        beat = DurableBeat(app, settings=checked.settings)
+        beat = DurableBeat(app, settings=checked.settings, actor=local_actor("cli"))
         ctx.meta["durable_beat"] = beat
         ctx.call_on_close(beat.close)
     assert isinstance(beat, DurableBeat)
@@ -169,20 +170,29 @@ def lookahead_options(func: F) -> F:
     return click.option("--count", default=5, show_default=True, help=count_help)(func)
 
 
+def reason_option(func: F) -> F:
+    """``--reason``: why, recorded in the action log with this user and host (SPEC §15)."""
+    return click.option(
+        "--reason", help="Why (one line, at most 500 characters); shown by `actions`."
+    )(func)
+
+
 def json_option(func: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(func)
 
 
-def parse_after(value: str | None) -> datetime | None:
-    """``--after``: an aware ISO 8601 instant (``Z`` allowed)."""
+def parse_after(value: str | None, option: str = "--after") -> datetime | None:
+    """``--after`` (or ``option``): an aware ISO 8601 instant (``Z`` allowed)."""
     if value is None:
         return None
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidArgument(f"--after {value!r} is not an ISO 8601 instant") from None
+        raise InvalidArgument(
+            f"{option} {value!r} is not an ISO 8601 instant; e.g. 2026-12-01T03:00:00Z"
+        ) from None
     if parsed.tzinfo is None:
-        raise InvalidArgument(f"--after {value!r} has no offset; add one, e.g. Z or +01:00")
+        raise InvalidArgument(f"{option} {value!r} has no offset; add one, e.g. Z or +01:00")
     return parsed
 
 
@@ -269,6 +279,7 @@ def _next_text(beat: DurableBeat, name: str, ticks: list[NextTick]) -> list[str]
 @click.argument("name")
 @click.option("--kwargs", "kwargs_json", help="JSON object merged over the schedule's kwargs.")
 @click.option("--idempotency-key", help="Runs once per key; repeating it sends nothing.")
+@reason_option
 @json_option
 @click.pass_context
 def trigger(
@@ -276,20 +287,22 @@ def trigger(
     name: str,
     kwargs_json: str | None,
     idempotency_key: str | None,
+    reason: str | None,
     as_json: bool,
 ) -> None:
     """Run the schedule's task now; its next tick does not move."""
-    result = control(ctx).trigger(name, parse_kwargs(kwargs_json), idempotency_key)
+    result = control(ctx).trigger(name, parse_kwargs(kwargs_json), idempotency_key, reason=reason)
     emit(as_json, result.to_json, lambda: [cli_format.trigger_line(name, result)])
 
 
-def _state_verb(verb: str, past: str, method: Callable[[DurableBeat, str], Any], doc: str) -> None:
+def _state_verb(verb: str, past: str, method: Callable[..., Any], doc: str) -> None:
     @durable_beat.command(name=verb, cls=VerbCommand, help=doc)
     @click.argument("name")
+    @reason_option
     @json_option
     @click.pass_context
-    def command(ctx: click.Context, name: str, as_json: bool) -> None:
-        view = method(control(ctx), name)
+    def command(ctx: click.Context, name: str, reason: str | None, as_json: bool) -> None:
+        view = method(control(ctx), name, reason=reason)
         emit(as_json, view.to_json, lambda: [cli_format.state_line(past, view)])
 
 
@@ -307,6 +320,50 @@ _state_verb(
     "Retire a schedule, keeping its history (a config schedule returns at the next sync "
     "while it is still in beat_schedule).",
 )
+
+
+@durable_beat.command(cls=VerbCommand)
+@click.argument("name")
+@click.option("--from", "start", required=True, help="First instant, ISO 8601 with offset.")
+@click.option("--to", "end", required=True, help="Last instant (at most now), ISO 8601.")
+@click.option("--dry-run", is_flag=True, help="List the ticks it would send; send nothing.")
+@reason_option
+@json_option
+@click.pass_context
+def backfill(
+    ctx: click.Context,
+    name: str,
+    start: str,
+    end: str,
+    dry_run: bool,
+    reason: str | None,
+    as_json: bool,
+) -> None:
+    """Send every occurrence in [--from, --to] that was never enqueued, oldest first.
+
+    Each goes out under the task id its automatic tick has or would have had (so a tick that
+    ran never runs again), with trigger backfill; at most 1,000 per call. Running it twice
+    sends nothing the second time.
+    """
+    beat = control(ctx)
+    first, last = parse_after(start, "--from"), parse_after(end, "--to")
+    assert first is not None and last is not None  # required options
+    result = beat.backfill(name, first, last, dry_run=dry_run, reason=reason)
+    emit(as_json, result.to_json, lambda: cli_format.backfill_lines(result))
+
+
+@durable_beat.command(cls=VerbCommand)
+@click.argument("name", required=False)
+@click.option("--limit", default=30, show_default=True, help="Actions per page (1..100).")
+@click.option("--cursor", help="The cursor printed by the previous page.")
+@json_option
+@click.pass_context
+def actions(
+    ctx: click.Context, name: str | None, limit: int, cursor: str | None, as_json: bool
+) -> None:
+    """Who did what and why, newest first: one schedule's (also after it was deleted) or all."""
+    page = control(ctx).actions(name, limit=limit, cursor=cursor)
+    emit(as_json, page.to_json, lambda: cli_format.actions_table(page))
 
 
 @durable_beat.command(cls=VerbCommand)
@@ -356,15 +413,23 @@ def migrate(ctx: click.Context, as_json: bool) -> None:
 )
 @click.argument("source_url")
 @click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
+@reason_option
 @json_option
 @click.pass_context
-def import_(ctx: click.Context, kind: str, source_url: str, dry_run: bool, as_json: bool) -> None:
+def import_(
+    ctx: click.Context,
+    kind: str,
+    source_url: str,
+    dry_run: bool,
+    reason: str | None,
+    as_json: bool,
+) -> None:
     """Copy the schedules another scheduler stores into the store, as API schedules.
 
     One line per entry (created, updated, unchanged, refused: reason) and a total; the first
     tick of each is planned from now, so nothing is replayed. Running it again changes nothing.
     """
-    report = import_schedules(control(ctx), kind, source_url, dry_run=dry_run)
+    report = import_schedules(control(ctx), kind, source_url, dry_run=dry_run, reason=reason)
     emit(as_json, report.to_json, report.text)
 
 

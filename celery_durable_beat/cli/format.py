@@ -283,3 +283,26 @@ def _leader(status: views.StatusView) -> str:
 
 
 NO_LEADER = "no leader: no beat holds the lease"
+
+
+def backfill_lines(result: views.BackfillResult) -> list[str]:
+    """One line per tick sent (or, dry, to send), then the totals."""
+    verb = "would send" if result.dry_run else "sent"
+    rows = [(verb, t.tick, t.task_id) for t in result.ticks]
+    lines = table(None, rows) if rows else []
+    lines.append(
+        f"{result.schedule}: {verb} {len(result.ticks)} of {result.occurrences} occurrences in "
+        f"the window ({result.already_enqueued} already enqueued)"
+    )
+    return lines
+
+
+def actions_table(page: views.ActionsPage) -> list[str]:
+    """The action log, newest first, with the next page's cursor."""
+    if not page.actions:
+        return ["no actions recorded"]
+    rows = [(a.at, a.actor, a.action, a.schedule, a.reason) for a in page.actions]
+    lines = table(("AT (UTC)", "ACTOR", "ACTION", "SCHEDULE", "REASON"), rows)
+    if page.next_cursor:
+        lines.append(f"older actions: --cursor {page.next_cursor}")
+    return lines
