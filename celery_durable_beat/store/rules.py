@@ -99,25 +99,25 @@ def is_first_enqueued(event: AuditEvent) -> bool:
     )
 
 
-OPERATOR_TRIGGERS = (Trigger.MANUAL.value, Trigger.BACKFILL.value)
-"""The triggers an operator's records carry: the only ones written outside the fence."""
-
-
-def check_manual(event: AuditEvent, allowed: Sequence[str] = (Trigger.MANUAL.value,)) -> None:
-    """Rule 10: only an operator's records (manual runs; backfills through
-    ``record_backfill``) are written outside the fence."""
-    if stored_value(event.trigger) not in allowed:
+def check_manual(event: AuditEvent, writer: str = "record_manual") -> None:
+    """Rule 10: only an operator's records are written outside the fence: manual runs through
+    ``record_manual``, backfills through ``record_backfill``."""
+    wanted, what = (
+        (Trigger.MANUAL, "manual runs")
+        if writer == "record_manual"
+        else (Trigger.BACKFILL, "backfills")
+    )
+    if stored_value(event.trigger) != wanted.value:
         raise InvalidArgument(
-            f"an unfenced write takes {' or '.join(allowed)} records only; schedule "
-            f"{event.schedule!r} got trigger {stored_value(event.trigger)!r}: automatic records "
-            "go through settle, fenced"
+            f"{writer} writes {what} only; schedule {event.schedule!r} got trigger "
+            f"{stored_value(event.trigger)!r}: automatic records go through settle, fenced"
         )
 
 
 def check_backfill(events: Sequence[AuditEvent]) -> None:
     """Rule 10 for ``record_backfill``: backfill records only."""
     for event in events:
-        check_manual(event, (Trigger.BACKFILL.value,))
+        check_manual(event, "record_backfill")
 
 
 def check_action(entry: ActionEntry) -> None:

@@ -22,6 +22,7 @@ from celery_durable_beat.exceptions import (
 from celery_durable_beat.ids import jitter_offset_ms, tick_task_id
 from celery_durable_beat.model import (
     Definition,
+    OperatorAction,
     Outcome,
     ScheduleState,
     Source,
@@ -29,7 +30,14 @@ from celery_durable_beat.model import (
     Trigger,
 )
 from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec
-from celery_durable_beat.store.base import Advance, AuditEvent, Recheck, Store, UpsertOutcome
+from celery_durable_beat.store.base import (
+    ActionEntry,
+    Advance,
+    AuditEvent,
+    Recheck,
+    Store,
+    UpsertOutcome,
+)
 from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.store.tables import runs
@@ -354,6 +362,65 @@ def test_record_manual_refuses_an_automatic_record(store: Store) -> None:
     with pytest.raises(InvalidArgument, match="manual runs only"):
         store.record_manual(enqueued("job", 1_000))
     assert store.history("job", 10) == []
+
+
+def backfilled(name: str, tick_ms: int) -> AuditEvent:
+    return AuditEvent(
+        name, tick_ms, tick_task_id(name, tick_ms), Trigger.BACKFILL, Outcome.ENQUEUED
+    )
+
+
+def test_record_backfill_is_unfenced_and_dedups_against_the_automatic_record(store: Store) -> None:
+    schedule_id = add(store, "job", 1_000)
+    store.register_epoch(3)
+    store.settle([enqueued("job", 1_000)], [moved(schedule_id, 1_000, 61_000)], epoch=3)
+    store.register_epoch(9)
+    store.record_backfill([backfilled("job", 1_000), backfilled("job", -59_000)])
+    triggers = [(e.tick_ms, e.trigger) for e in store.history("job", 10)]
+    assert triggers == [(-59_000, Trigger.BACKFILL), (1_000, Trigger.AUTO)]  # 1_000: dropped
+    ids = [tick_task_id("job", t) for t in (-59_000, 1_000, 61_000)]
+    assert store.enqueued_among(ids) == set(ids[:2])
+    assert store.history_extent("job") == (2, -59_000)
+    assert store.history_extent("nobody") == (0, None)
+    with pytest.raises(InvalidArgument, match="record_backfill writes backfills only"):
+        store.record_backfill([enqueued("job", 121_000)])
+
+
+# -- rule 12: who did what ---------------------------------------------------------------------
+def test_action_rows_are_stamped_by_the_store_kept_per_schedule_and_outlive_it(
+    store: Store,
+) -> None:
+    add(store, "job", 1_000)
+    before = store.now_ms()
+    for n in range(4):
+        store.record_action(ActionEntry("alice", OperatorAction.PAUSE, "job", f"r{n}"), keep=3)
+    store.record_action(ActionEntry("bob", OperatorAction.UPSERT, "Other"), keep=3)
+    store.delete("job")
+    store.record_action(ActionEntry("alice", OperatorAction.DELETE, "JOB", "bye"), keep=3)
+    rows = store.actions("job", 10)
+    assert [(r.actor, r.action, r.reason) for r in rows] == [
+        ("alice", OperatorAction.DELETE, "bye"),
+        ("alice", OperatorAction.PAUSE, "r3"),
+        ("alice", OperatorAction.PAUSE, "r2"),
+    ]
+    assert all(before - 5_000 <= r.at_ms <= store.now_ms() + 5_000 for r in rows)
+    everyone = store.actions(None, 10)
+    assert [r.schedule for r in everyone] == ["JOB", "Other", "job", "job"]
+    assert [r.id for r in store.actions(None, 2, before_id=everyone[1].id)] == [
+        r.id for r in everyone[2:4]
+    ]
+
+
+def test_action_text_is_bounded_and_stored_as_given(store: Store) -> None:
+    quoted = 'it\'s "fine"; DROP TABLE durable_beat_actions; --'
+    store.record_action(ActionEntry("o'brien", OperatorAction.TRIGGER, "job", quoted), keep=5)
+    (row,) = store.actions("job", 5)
+    assert (row.actor, row.reason) == ("o'brien", quoted)
+    with pytest.raises(InvalidArgument, match="at most 500"):
+        store.record_action(ActionEntry("a", OperatorAction.PAUSE, "job", "x" * 501), keep=5)
+    with pytest.raises(InvalidArgument, match="actor"):
+        store.record_action(ActionEntry("", OperatorAction.PAUSE, "job"), keep=5)
+    assert len(store.actions("job", 5)) == 1
 
 
 # -- rule 5: compare-and-set advance --------------------------------------------------------------

@@ -14,9 +14,17 @@ from sqlalchemy import Column, Integer, MetaData, create_engine, delete, inspect
 from sqlalchemy.engine import Engine
 
 from celery_durable_beat.exceptions import SchemaOutdated
+from celery_durable_beat.model import OperatorAction
+from celery_durable_beat.store.base import ActionEntry
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.store.sql import schema as sql_schema
-from celery_durable_beat.store.tables import NAMING_CONVENTION, VERSION_TABLE, fence, metadata
+from celery_durable_beat.store.tables import (
+    NAMING_CONVENTION,
+    VERSION_TABLE,
+    audit,
+    fence,
+    metadata,
+)
 
 pytestmark = pytest.mark.migration
 
@@ -185,3 +193,38 @@ def test_a_schema_at_head_is_checked_without_importing_alembic(store: SqlStore) 
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_0004_adds_the_action_log_to_a_0003_store_keeping_its_history(
+    store: SqlStore, engine: Engine
+) -> None:
+    """An installed 0003 store with history upgrades in place; a downgrade drops only the log."""
+    store.migrate()
+    with engine.begin() as conn:
+        command.downgrade(sql_schema._config(conn), "0003")
+    assert "durable_beat_actions" not in inspect(engine).get_table_names()
+    row = {
+        "schedule": "job",
+        "schedule_key": "job",
+        "tick_ms": 60_000,
+        "task_id": "job@1970-01-01T00:01:00Z",
+        "trigger": "auto",
+        "outcome": "enqueued",
+        "version": 1,
+        "epoch": 1,
+        "recorded_at_ms": 60_000,
+        "detail": {},
+    }
+    with engine.begin() as conn:
+        conn.execute(audit.insert().values(**row))
+    with pytest.raises(SchemaOutdated, match="needs 0004"):
+        store.ensure_schema()
+    assert store.migrate() == "0004"
+    assert schema_diff(engine, metadata) == []
+    assert [e.task_id for e in store.history("job", 10)] == [row["task_id"]]
+    store.record_action(ActionEntry("alice", OperatorAction.PAUSE, "job", "why"), keep=5)
+    assert [(a.actor, a.reason) for a in store.actions("job", 5)] == [("alice", "why")]
+    with engine.begin() as conn:
+        command.downgrade(sql_schema._config(conn), "0003")
+    assert "durable_beat_actions" not in inspect(engine).get_table_names()
+    assert [e.task_id for e in store.history("job", 10)] == [row["task_id"]]
