@@ -20,11 +20,16 @@ from httpx import Client as Http
 
 from celery_durable_beat import DurableBeat
 from celery_durable_beat.celery_config import definitions_from_app
-from celery_durable_beat.control.views import DETAIL_FIELDS, EVENT_FIELDS, LIST_FIELDS
+from celery_durable_beat.control.views import (
+    DETAIL_FIELDS,
+    EVENT_FIELDS,
+    LIST_FIELDS,
+    ActionView,
+)
 from celery_durable_beat.sync import sync_definitions
 from celery_durable_beat.web import create_app
 from celery_durable_beat.web.auth import NoTokens
-from celery_durable_beat.web.schemas import EventOut, ScheduleDetailOut, ScheduleOut
+from celery_durable_beat.web.schemas import ActionOut, EventOut, ScheduleDetailOut, ScheduleOut
 from tests.support.webserver import running
 
 pytestmark = pytest.mark.integration
@@ -273,6 +278,8 @@ def test_openapi_document_describes_every_endpoint_with_the_views_fields(
         ("post", "/api/v1/schedules/{name}/archive"),
         ("post", "/api/v1/schedules/{name}/trigger"),
         ("get", "/api/v1/schedules/{name}/enqueue-events"),
+        ("post", "/api/v1/schedules/{name}/backfill"),  # SPEC §15
+        ("get", "/api/v1/actions"),
     }
     found = {(method, path) for path, ops in paths.items() for method in ops}
     assert found == expected
@@ -280,6 +287,8 @@ def test_openapi_document_describes_every_endpoint_with_the_views_fields(
     detail = tuple(ScheduleDetailOut.model_fields)
     assert tuple(f for f in detail if f != "invalid") == DETAIL_FIELDS and "invalid" in detail
     assert tuple(EventOut.model_fields) == EVENT_FIELDS
+    shown_action = ActionView(1, "2026-12-01T00:00:00Z", "alice", "pause", "x", None).to_json()
+    assert tuple(ActionOut.model_fields) == tuple(shown_action)
     assert "HTTPBearer" in doc["components"]["securitySchemes"]
 
 
