@@ -101,6 +101,7 @@ def _page(
     role = None if session is None else session.role
     values = {
         "role": None if role is None else role.value,
+        "actor": None if session is None else session.actor,
         "may_operate": allows(role, Role.OPERATOR),
         "csrf": "" if session is None else session.csrf,
         **context,

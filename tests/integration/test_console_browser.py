@@ -12,9 +12,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
 import httpx
 import pytest
@@ -39,7 +41,11 @@ FLAGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-TOKENS = {"viewer-secret-0001": "viewer", "operator-secret-0002": "operator"}
+TOKENS: dict[str, Any] = {
+    "viewer-secret-0001": "viewer",
+    "operator-secret-0002": "operator",
+    "alice-secret-0003": {"role": "operator", "name": "alice"},  # SPEC §15: a named token
+}
 ODD = "reports/daily ünï côde & <b>x</b>"
 SCHEDULE = {
     "nightly-digest": {
@@ -141,10 +147,10 @@ def sign_in(page: Any, url: str, token: str) -> None:
     page.wait_for_url(url + "/")
 
 
-def shoot(page: Any, name: str, tmp: Path) -> Path:
+def shoot(page: Any, name: str, tmp: Path, *, full_page: bool = False) -> Path:
     folder = Path(os.environ.get("DURABLE_BEAT_SCREENSHOTS", tmp))
     target = folder / name
-    page.screenshot(path=str(target), full_page=False)
+    page.screenshot(path=str(target), full_page=full_page)
     assert target.stat().st_size > 10_000
     return target
 
@@ -222,6 +228,66 @@ def test_operator_pauses_resumes_and_runs_now(served: Served, browser: Any, tmp_
         served.url + "/schedules/" + quote(ODD, safe="") + "/pause", form={"csrf": "forged"}
     )
     assert forged.status == 403 and served.beat.get(ODD).state == "active"
+    context.close()
+
+
+def test_operator_backfills_and_the_page_shows_who_did_what(
+    served: Served, browser: Any, tmp_path: Path
+) -> None:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    sign_in(page, served.url, "alice-secret-0003")
+    page.goto(served.url + "/schedules/nightly-digest")
+    page.fill("form[action$='/pause'] input[name=reason]", "vendor maintenance INC-42")
+    page.click("text=Pause")
+    assert "Paused by alice" in page.inner_text(".alert.warn")
+    assert "vendor maintenance INC-42" in page.inner_text(".alert.warn")
+    page.fill("form[action$='/resume'] input[name=reason]", "vendor is back")
+    page.click("text=Resume")
+
+    wall = datetime.now(ZoneInfo("America/New_York")).replace(tzinfo=None, microsecond=0)
+    start, end = wall - timedelta(days=7), wall - timedelta(minutes=1)
+    weekdays = sum(
+        1
+        for d in range(9)
+        if start < (t := (start.replace(hour=3, minute=30, second=0) + timedelta(days=d))) <= end
+        and t.weekday() < 5
+    )
+    form = page.locator("#backfill form")
+
+    def fill_window() -> None:
+        form.locator("[name=from]").fill(start.isoformat())
+        form.locator("[name=to]").fill(end.isoformat())
+        form.locator("[name=reason]").fill("the digests were lost downstream")
+
+    fill_window()
+    form.locator("button[name=preview]").click()
+    status = page.inner_text("[role=status]")
+    assert f"Would send {weekdays} of {weekdays} occurrences (0 already enqueued)." in status
+    assert page.locator("#backfill ol li").count() == weekdays
+    assert list(served.beat.history("nightly-digest").events) == []
+    fill_window()
+    page.locator("#backfill form button.primary").click()
+    assert f"Sent {weekdays} of {weekdays}" in page.inner_text("[role=status]")
+    assert "signed in as alice (operator)" in page.inner_text(".who")
+    shoot(page, "console-actions.png", tmp_path, full_page=True)
+    sent = list(served.beat.history("nightly-digest", limit=30).events)
+    assert {(e.trigger, e.outcome) for e in sent} == {("backfill", "enqueued")}
+    assert len(sent) == weekdays
+
+    log = page.locator("#actions tbody tr")
+    rows = [log.nth(i).inner_text().split("\t") for i in range(log.count())]
+    assert [(r[1], r[2], r[3]) for r in rows] == [
+        ("alice", "backfill", "the digests were lost downstream"),
+        ("alice", "resume", "vendor is back"),
+        ("alice", "pause", "vendor maintenance INC-42"),
+    ]
+    csrf = form.locator("[name=csrf]").get_attribute("value") or ""
+    path = served.url + "/schedules/nightly-digest/backfill"
+    window = {"from": start.isoformat(), "to": end.isoformat()}
+    assert page.request.post(path, form={**window, "csrf": "forged"}).status == 403
+    again = page.request.post(path, form={**window, "csrf": csrf})
+    assert again.ok and f"Sent 0 of {weekdays}" in again.text()  # a second run sends nothing
     context.close()
 
 
