@@ -523,8 +523,8 @@ class DurableBeat:
         record = self._require(name)
         store = self.store
         planned = plan_backfill(store, record, start_ms, end_ms, self.settings.history_keep)
-        if dry_run or not planned.ticks:
-            return planned
+        if dry_run or not planned.ticks:  # nothing sent: nothing to record
+            return replace(planned, dry_run=dry_run)
         publish_backfill(store, self.publisher, record, planned.ticks)
         self._record(OperatorAction.BACKFILL, record.name, why, actor)
         return replace(planned, dry_run=False)

@@ -260,7 +260,7 @@ def test_backfill_sends_only_the_ticks_that_never_ran_with_their_automatic_ids(
     )
 
     again = beat.backfill("report", *window)
-    assert (again.ticks, again.already_enqueued) == ((), 6)
+    assert (again.ticks, again.already_enqueued, again.dry_run) == ((), 6, False)
     assert len(publisher.messages) == 4  # nothing sent the second time
     assert beat.actions("report").actions[0].action == "backfill"  # and nothing recorded
 
