@@ -27,9 +27,14 @@ def local_actor(surface: str) -> str:
     return f"{surface}:{user}@{socket.gethostname()}"[:ACTOR_LENGTH]
 
 
+REASON_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*$"
+"""What a reason may hold, as the API's schema states it: no control character (Unicode Cc)."""
+
+
 def check_reason(reason: object) -> str | None:
     """The reason as stored: stripped, None when empty; InvalidArgument (field ``reason``) when
-    not text, longer than ``REASON_LENGTH`` or holding control characters."""
+    not text, longer than ``REASON_LENGTH`` or holding a control character (``REASON_PATTERN``)
+    or a lone surrogate (no store could encode it)."""
     if reason is None:
         return None
     if not isinstance(reason, str):
@@ -40,7 +45,7 @@ def check_reason(reason: object) -> str | None:
             f"reason has {len(text)} characters; shorten it to at most {REASON_LENGTH}",
             field="reason",
         )
-    if any(unicodedata.category(c) in ("Cc", "Cf") for c in text):
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in text):
         raise InvalidArgument(
             "reason holds a control character (a newline, tab or escape); give one line of "
             "plain text",

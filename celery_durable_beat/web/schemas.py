@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from celery_durable_beat.control.actors import REASON_PATTERN
+
 
 class Problem(BaseModel):
     field: str
@@ -80,6 +82,7 @@ def _reason() -> Any:
     return Field(
         None,
         max_length=500,
+        pattern=REASON_PATTERN,
         description="Why (recorded in the action log with the token's name; at most 500 "
         "characters of one line)",
     )

@@ -70,16 +70,22 @@ APP.conf.update(
     beat_schedule=CONFIG,
 )
 BEAT = DurableBeat(APP, publisher=CapturingPublisher())
-# Every check stays on. Two operations take values whose validity the document cannot state: a
+# Every check stays on. Four operations take values whose validity the document cannot state: a
 # schedule definition (a cron expression, a zone, SPEC §2's bounds are checked by validation,
-# not by a JSON schema) and a history cursor (opaque: only one history gave out is valid). For
-# those two, 422 ``invalid`` is an expected answer to schema-valid data; the answer must still
+# not by a JSON schema), a history or actions cursor (opaque: only one the listing gave out is
+# valid) and a backfill window (instants, in the past, at most 1,000 occurrences: SPEC §15). For
+# those, 422 ``invalid`` is an expected answer to schema-valid data; the answer must still
 # match the document (status, shape, headers) like every other.
 _ACCEPTED = ["2xx", "401", "403", "404", "409", "422", "429"]
 CONFIG_TOML = "\n".join(
     f'[[operations]]\ninclude-name = "{name}"\n'
     f"checks.positive_data_acceptance.expected-statuses = {_ACCEPTED!r}\n"
-    for name in ("PUT /api/v1/schedules/{name}", "GET /api/v1/schedules/{name}/enqueue-events")
+    for name in (
+        "PUT /api/v1/schedules/{name}",
+        "GET /api/v1/schedules/{name}/enqueue-events",
+        "GET /api/v1/actions",
+        "POST /api/v1/schedules/{name}/backfill",
+    )
 )
 schema = schemathesis.openapi.from_asgi(
     "/api/v1/openapi.json",
