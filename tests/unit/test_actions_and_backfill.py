@@ -340,3 +340,20 @@ def test_backfill_keeps_to_the_schedule_bounds_and_needs_aware_instants(
     ]
     with pytest.raises(InvalidArgument, match="with an offset"):
         beat.backfill("report", datetime(2026, 12, 1, 9), datetime.now(timezone.utc))
+
+
+def test_import_records_one_action_per_schedule_written(beat: DurableBeat) -> None:
+    from celery_durable_beat.importers.base import PeerEntry, run_import
+
+    entries = [
+        PeerEntry("digest", {"task": "proj.digest", "schedule": "0 3 * * *"}),
+        PeerEntry.refuse("solar", "solar schedules cannot be carried"),
+    ]
+    dry = run_import(beat, "redbeat", "redis://x", entries, dry_run=True, reason="move")
+    assert [line.status for line in dry.lines] == ["created", "refused"]
+    with pytest.raises(ScheduleNotFound):
+        beat.actions("digest")  # a dry run writes nothing, the action log included
+    run_import(beat, "redbeat", "redis://x", entries, dry_run=False, reason="leaving redbeat")
+    run_import(beat, "redbeat", "redis://x", entries, dry_run=False, reason="again: unchanged")
+    rows = [(a.actor, a.action, a.reason) for a in beat.actions("digest").actions]
+    assert rows == [("cli:ops@box", "import", "leaving redbeat")]
