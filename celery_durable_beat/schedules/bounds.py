@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 
 NAME_MAX = 200
 """The longest schedule name (the store's ``name`` column)."""
-RESERVED_SUFFIXES = ("/pause", "/resume", "/trigger", "/archive", "/enqueue-events")
+RESERVED_SUFFIXES = ("/pause", "/resume", "/trigger", "/archive", "/enqueue-events", "/backfill")
 """What a name must not end in: the API's action URLs are ``/schedules/<name>/<action>``."""
 
 YEAR_MIN, YEAR_MAX = 1900, 9999
