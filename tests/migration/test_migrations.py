@@ -195,13 +195,13 @@ def test_a_schema_at_head_is_checked_without_importing_alembic(store: SqlStore) 
     assert done.stdout.strip() == "[]", done.stdout
 
 
-def test_0004_adds_the_action_log_to_a_0003_store_keeping_its_history(
+def test_0005_adds_the_action_log_to_a_0004_store_keeping_its_history(
     store: SqlStore, engine: Engine
 ) -> None:
-    """An installed 0003 store with history upgrades in place; a downgrade drops only the log."""
+    """An installed 0004 store with history upgrades in place; a downgrade drops only the log."""
     store.migrate()
     with engine.begin() as conn:
-        command.downgrade(sql_schema._config(conn), "0003")
+        command.downgrade(sql_schema._config(conn), "0004")
     assert "durable_beat_actions" not in inspect(engine).get_table_names()
     row = {
         "schedule": "job",
@@ -217,14 +217,14 @@ def test_0004_adds_the_action_log_to_a_0003_store_keeping_its_history(
     }
     with engine.begin() as conn:
         conn.execute(audit.insert().values(**row))
-    with pytest.raises(SchemaOutdated, match="needs 0004"):
+    with pytest.raises(SchemaOutdated, match="needs 0005"):
         store.ensure_schema()
-    assert store.migrate() == "0004"
+    assert store.migrate() == "0005"
     assert schema_diff(engine, metadata) == []
     assert [e.task_id for e in store.history("job", 10)] == [row["task_id"]]
     store.record_action(ActionEntry("alice", OperatorAction.PAUSE, "job", "why"), keep=5)
     assert [(a.actor, a.reason) for a in store.actions("job", 5)] == [("alice", "why")]
     with engine.begin() as conn:
-        command.downgrade(sql_schema._config(conn), "0003")
+        command.downgrade(sql_schema._config(conn), "0004")
     assert "durable_beat_actions" not in inspect(engine).get_table_names()
     assert [e.task_id for e in store.history("job", 10)] == [row["task_id"]]

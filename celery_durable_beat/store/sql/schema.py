@@ -27,7 +27,7 @@ _LOCK_KEY = 0x64_75_72_61_62_6C_65
 
 _OUR_TABLES = frozenset(metadata.tables)
 
-HEAD_REVISION = "0004"
+HEAD_REVISION = "0005"
 """The newest revision this version ships. A constant, so that a beat starting on a schema at
 head reads one row and never imports Alembic (issue #16: 11 MB of RSS and a tenth of a second of
 startup); ``tests/migration`` holds it equal to the migrations folder's head."""

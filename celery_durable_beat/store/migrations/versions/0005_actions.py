@@ -5,8 +5,8 @@ trigger, backfill and import, with the actor, the schedule (by name, so it outli
 schedule) and the operator's reason. An index on ``(schedule_key, id)`` serves a schedule's log
 newest first and its pruning.
 
-Revision ID: 0004
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-02
 
 Only a new table: upgrading rewrites no row; downgrading drops the log.
@@ -17,8 +17,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
