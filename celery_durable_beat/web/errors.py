@@ -111,11 +111,25 @@ async def on_validation_error(request: Request, exc: Exception) -> JSONResponse:
     problems = [
         {
             "field": ".".join(str(part) for part in err["loc"] if part != "body") or "body",
-            "problem": str(err["msg"]),
+            "problem": _problem_text(err),
         }
         for err in errors
     ]
     return error_response(ApiError(422, "invalid", "the request is not valid", problems))
+
+
+_PATTERN_MEANING = {
+    "reason": "reason holds a control character (a newline, tab or escape); give one line of "
+    "plain text",
+}
+"""What a field's pattern means, said instead of pydantic's "should match pattern '^[^…]'"."""
+
+
+def _problem_text(err: Any) -> str:
+    field = str(err["loc"][-1]) if err.get("loc") else ""
+    if err.get("type") == "string_pattern_mismatch" and field in _PATTERN_MEANING:
+        return _PATTERN_MEANING[field]
+    return str(err["msg"])
 
 
 _HTTP_CODES = {
