@@ -31,7 +31,7 @@ from croniter import croniter
 from celery_durable_beat.exceptions import OccurrenceSearchError
 from celery_durable_beat.schedules import bounds
 from celery_durable_beat.schedules.render import tick_isoformat
-from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, ScheduleSpec
+from celery_durable_beat.schedules.spec import AtSpec, CronSpec, IntervalSpec, ScheduleSpec
 from celery_durable_beat.schedules.validate import zone_problem
 from celery_durable_beat.schedules.values import value_problem
 
@@ -79,6 +79,11 @@ def spec_problem(spec: ScheduleSpec) -> str | None:
             return f"the interval {every!r} ms is not a positive whole number"
         if every > MAX_SECONDS * 1000:
             return f"the interval of {every} ms is over 100 years"
+        return None
+    if isinstance(spec, AtSpec):
+        at = spec.at_ms
+        if isinstance(at, bool) or not isinstance(at, int) or not FIRST_MS <= at < END_MS:
+            return f"the @at instant {at!r} ms is not in years 1900-9999"
         return None
     return _cron_problem(spec)
 

@@ -20,6 +20,7 @@ from celery_durable_beat.exceptions import InvalidArgument
 from celery_durable_beat.ids import format_tick_instant
 from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition, ScheduleState
 from celery_durable_beat.schedules.bounds import name_problem
+from celery_durable_beat.schedules.spec import AtSpec, IntervalSpec
 from celery_durable_beat.store.base import ScheduleRecord, StoredEvent
 
 _CURSOR_PREFIX = "h1."
@@ -77,6 +78,12 @@ class ScheduleView:
     """Why a paused schedule is paused: ``operator``, ``disabled`` or ``failures``."""
     buffered_tick: str | None
     """``buffer_one``: the tick waiting for the previous run to end (in the schedule's zone)."""
+    kind: str
+    """``cron``, ``interval`` or ``at`` (one tick, SPEC §15); ``invalid`` when unreadable."""
+    exclude: list[Any] | None
+    """The excluded dates as written (``"2026-12-25"``, ``{"from": ..., "to": ...}``), read in
+    the schedule's zone (an interval's: the app's zone); None when there are none. What a PUT
+    of the same entry takes back (SPEC §15)."""
     invalid: tuple[FieldProblem, ...]
     """The stored values that cannot be shown (``control/shown.py``); each field named here
     holds a stand-in. Serialised as ``invalid`` only when not empty."""
@@ -305,9 +312,18 @@ def schedule_view(record: ScheduleRecord) -> ScheduleView:
         require_worker=d.require_worker or None,
         state_reason=None if record.state_reason is None else record.state_reason.value,
         buffered_tick=shown.instant("buffered_tick", record.buffered_tick_ms),
+        kind=_kind(d) if readable else INVALID,
+        exclude=None if d.exclude is None or not readable else d.exclude.to_json(),
         invalid=tuple(shown.problems),
         definition=d,
     )
+
+
+def _kind(d: Definition) -> str:
+    """The kind of schedule, as the stored JSON names it."""
+    if isinstance(d.spec, AtSpec):
+        return "at"
+    return "interval" if isinstance(d.spec, IntervalSpec) else "cron"
 
 
 def _spec_text(d: Definition) -> str:
