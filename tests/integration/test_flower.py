@@ -135,6 +135,7 @@ def test_a_one_off_tick_shows_in_flower_under_its_id(
         wait_until(flower.answers, 30, f"Flower on port {port}\n{process.tail()}", 0.3)
         rig.worker(flags=["-E"])
         rig.beat()
+
         def launched() -> dict[str, Any]:
             tasks = flower.get("/api/tasks", search="launch", limit="100")
             done = tasks.get(expected, {}).get("state") == "SUCCESS"
