@@ -121,16 +121,25 @@ class Shown:
     so) and ``plannable`` is False, like for a spec that cannot be planned.
     """
 
-    def __init__(self, tz: object, spec: ScheduleSpec | None) -> None:
+    def __init__(self, tz: object, spec: ScheduleSpec | None, exclude_tz: object = None) -> None:
         self.problems: list[FieldProblem] = []
         tz_problem = zone_problem(tz)
         if tz_problem is not None:
             self.add("tz", tz_problem)
+        # the zone the exclude dates are read in (an interval's is the app's, stored with them)
+        exclude_problem = None if exclude_tz is None else zone_problem(exclude_tz)
+        if exclude_problem is not None:
+            self.add("exclude", exclude_problem)
         self.zone = "UTC" if tz_problem is not None or not isinstance(tz, str) else tz
         spec_error = None if spec is None else spec_problem(spec)
         if spec_error is not None:
             self.add("schedule", spec_error)
-        self.plannable = spec is not None and tz_problem is None and spec_error is None
+        self.plannable = (
+            spec is not None
+            and tz_problem is None
+            and exclude_problem is None
+            and spec_error is None
+        )
 
     def add(self, field: str, problem: str) -> None:
         self.problems.append(FieldProblem(field, problem))

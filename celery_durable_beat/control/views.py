@@ -280,7 +280,8 @@ def schedule_view(record: ScheduleRecord) -> ScheduleView:
     """
     d = record.definition
     readable = record.unreadable is None
-    shown = Shown(d.tz if readable else "UTC", d.spec if readable else None)
+    exclude_tz = d.exclude.tz if readable and d.exclude is not None else None
+    shown = Shown(d.tz if readable else "UTC", d.spec if readable else None, exclude_tz)
     if not readable:
         shown.add("definition", record.unreadable or "")
     name_error = name_problem(record.name)
@@ -330,7 +331,9 @@ def _spec_text(d: Definition) -> str:
     """The schedule as written (``spec.text()``), or ``INVALID`` when its fields are not text."""
     try:
         return d.spec.text()
-    except TypeError:  # a cron field stored as a number: ``Shown`` names the schedule already
+    except (TypeError, ValueError, OverflowError, LookupError, OSError):
+        # a cron field stored as a number, an @at instant past year 9999 or in a zone that is
+        # not one: ``Shown`` names the schedule or the zone already
         return INVALID
 
 

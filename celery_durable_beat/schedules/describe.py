@@ -73,11 +73,21 @@ def describe(spec: ScheduleSpec) -> str:
     if isinstance(spec, IntervalSpec):
         return describe_interval(spec.every_ms)
     if isinstance(spec, AtSpec):
-        return f"once, at {spec.text().removeprefix('@at ')} ({spec.tz})"
+        return _describe_at(spec)
     try:
         return f"{_describe_cron(spec)} ({spec.tz})"
     except _UnknownFieldError:
         return f'cron "{spec.expr}" ({spec.tz})'
+
+
+def _describe_at(spec: AtSpec) -> str:
+    """``once, at 2026-12-24T18:00:00+01:00 (Europe/Berlin)``; a stored instant that no
+    calendar of that zone can show (past year 9999, a zone that is not one) in milliseconds."""
+    try:
+        shown = spec.text().removeprefix("@at ")
+    except (ValueError, OverflowError, LookupError, OSError):
+        shown = f"{spec.at_ms} ms since 1970"
+    return f"once, at {shown} ({spec.tz})"
 
 
 EXCLUDE_SHOWN = 5

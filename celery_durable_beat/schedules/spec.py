@@ -220,10 +220,6 @@ class ExcludedSpec:
     base: CronSpec | IntervalSpec
     exclusions: Exclusions
 
-    @property
-    def tz(self) -> str:
-        return self.base.tz
-
 
 Timeline = ScheduleSpec | ExcludedSpec
 """What the occurrence engine and the planner walk: a spec, with its exclusions if any."""

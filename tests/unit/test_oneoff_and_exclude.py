@@ -278,14 +278,23 @@ def test_exclusions_are_stored_only_when_given_and_read_back() -> None:
         {
             "schedule": "0 3 * * *",
             "tz": "Europe/Berlin",
-            "exclude": ["2026-12-25", date(2026, 12, 26)],
+            "exclude": [
+                "2026-12-25",
+                date(2026, 12, 26),
+                {"from": "2027-01-01", "to": "2027-01-03"},
+            ],
         }
     )
-    assert d.to_json()["exclude"] == {"tz": "Europe/Berlin", "dates": ["2026-12-25", "2026-12-26"]}
+    assert d.to_json()["exclude"] == {
+        "tz": "Europe/Berlin",
+        "dates": ["2026-12-25", "2026-12-26", {"from": "2027-01-01", "to": "2027-01-03"}],
+    }
     again = Definition.from_json("s", d.to_json())
     assert again == d and again.definition_hash() == d.definition_hash()
     assert isinstance(again.timeline, ExcludedSpec)
-    assert describe_exclude(d.exclude) == ", except on 2026-12-25, 2026-12-26 (Europe/Berlin)"
+    assert describe_exclude(d.exclude) == (
+        ", except on 2026-12-25, 2026-12-26, 2027-01-01 to 2027-01-03 (Europe/Berlin)"
+    )
     many = Exclusions("UTC", tuple((date(2030, 1, 1) + timedelta(2 * i),) * 2 for i in range(7)))
     assert describe_exclude(many).endswith(", 2 more (UTC)")
     assert describe_exclude(None) == ""
@@ -419,3 +428,17 @@ def test_frozen_beat_skips_excluded_dates_without_a_record_and_agrees_with_next(
         "2026-12-29",
     ]
     assert {e.outcome for e in beat.store.history("d", 100)} == {Outcome.ENQUEUED}
+
+
+def test_stored_values_no_calendar_can_show_are_described_not_raised() -> None:
+    """A stored @at past year 9999 (written by hand) still has words; an interval tick whose
+    wall clock in the exclusions' zone is in year 10000 is not on an excluded date; a span
+    ending on 9999-12-31 ends the search."""
+    year_20000 = 568_971_820_800_000
+    assert describe(AtSpec(year_20000, "UTC")) == f"once, at {year_20000} ms since 1970 (UTC)"
+    last_day = date(9999, 12, 31)
+    exclusions = Exclusions("Pacific/Kiritimati", ((last_day, last_day),))
+    late = ms("9999-12-31T12:00:00+00:00")  # already 10000-01-01 in Kiritimati
+    assert not excluded(exclusions, late)
+    every_hour = ExcludedSpec(IntervalSpec(HOUR), Exclusions("UTC", ((last_day, last_day),)))
+    assert next_tick(every_hour, ms("9999-12-30T23:30:00+00:00")) == ENDED_MS
