@@ -38,7 +38,7 @@ from croniter import croniter
 
 from celery_durable_beat.model import MissedPolicy
 from celery_durable_beat.policy import plan
-from celery_durable_beat.schedules import next_tick, parse_schedule
+from celery_durable_beat.schedules import CronSpec, next_tick, parse_schedule
 
 TARGET_US = 50.0
 START_2026_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -97,6 +97,21 @@ def bench_cron(expr: str, tz: str, batches: int, per_batch: int) -> dict[str, fl
     }
 
 
+def bench_cron_excluded(expr: str, tz: str, batches: int, per_batch: int) -> float:
+    """``next_tick`` of the same cron carrying ``exclude`` (SPEC §15): 12 single dates and one
+    range a year, for 2026-2027 (the path a schedule without ``exclude`` never takes)."""
+    from datetime import date
+
+    from celery_durable_beat.schedules.spec import ExcludedSpec, Exclusions
+
+    spec = parse_schedule(expr, tz).spec
+    assert isinstance(spec, CronSpec)
+    days = [(date(y, m, 1 + m), date(y, m, 1 + m)) for y in (2026, 2027) for m in range(1, 13)]
+    days += [(date(y, 12, 24), date(y, 12, 31)) for y in (2026, 2027)]
+    excluded = ExcludedSpec(spec, Exclusions(tz, tuple(days)))
+    return median_us(lambda at: next_tick(excluded, at), start_instants(512), batches, per_batch)
+
+
 def bench_interval(batches: int, per_batch: int) -> float:
     spec = parse_schedule("@every 30s").spec
     return median_us(lambda at: next_tick(spec, at), start_instants(512), batches, per_batch)
@@ -139,6 +154,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         )
         results[f"cron {expr} {tz}"] = figures
+        excluded_us = bench_cron_excluded(expr, tz, batches, per_batch)
+        rows.append((f"  with exclude (26 dates/ranges) {expr!r}", excluded_us, "SPEC §15"))
+        results[f"cron {expr} {tz} exclude"] = {"next_tick_us": excluded_us}
     interval_us = bench_interval(batches, per_batch * 10)
     rows.append(("next_tick interval '@every 30s'", interval_us, ""))
     results["interval @every 30s"] = {"next_tick_us": interval_us}

@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from celery_durable_beat.schedules.spec import ScheduleSpec, spec_from_json, spec_to_json
+from celery_durable_beat.schedules.spec import (
+    AtSpec,
+    ExcludedSpec,
+    Exclusions,
+    ScheduleSpec,
+    Timeline,
+    exclusions_from_json,
+    spec_from_json,
+    spec_to_json,
+)
 
 DEFINITION_FORMAT = 1
 """Version of the JSON layout of a stored definition; bumped with a migration when it changes."""
@@ -287,10 +296,23 @@ class Definition:
     """Seconds after dispatch, or ``EXPIRES_NEXT_TICK``; None: the message never expires."""
     pause_on_failure: int | None = None
     require_worker: bool = False
+    exclude: Exclusions | None = None
+    """Dates without occurrences (SPEC §15); None for a schedule that excludes none."""
 
     @property
     def tz(self) -> str:
         return self.spec.tz
+
+    @property
+    def timeline(self) -> Timeline:
+        """What the planner walks: the spec, wrapped with its exclusion dates when it has any.
+
+        Only a definition with ``exclude`` is wrapped, so the others keep the engine's fast
+        paths (interval arithmetic, the cron walk) untouched.
+        """
+        if self.exclude is None or isinstance(self.spec, AtSpec):
+            return self.spec
+        return ExcludedSpec(self.spec, self.exclude)
 
     def to_json(self) -> dict[str, Any]:
         """The versioned JSON stored for this definition (the name lives in its own column).
@@ -305,6 +327,9 @@ class Definition:
             "expires": self.expires,
             "pause_on_failure": self.pause_on_failure,
             "require_worker": self.require_worker or None,
+            "exclude": None
+            if self.exclude is None
+            else {"tz": self.exclude.tz, "dates": self.exclude.to_json()},
         }
         return {
             **self._base_json(),
@@ -370,4 +395,5 @@ class Definition:
             expires=data.get("expires"),
             pause_on_failure=data.get("pause_on_failure"),
             require_worker=bool(data.get("require_worker", False)),
+            exclude=None if data.get("exclude") is None else exclusions_from_json(data["exclude"]),
         )

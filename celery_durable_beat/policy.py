@@ -32,7 +32,7 @@ from celery_durable_beat.schedules.occurrences import (
     next_tick,
     ticks_between,
 )
-from celery_durable_beat.schedules.spec import IntervalSpec, ScheduleSpec
+from celery_durable_beat.schedules.spec import AtSpec, IntervalSpec, Timeline
 
 MAX_COUNTED = 20 * MAX_ENUMERATION
 """Most dropped cron ticks counted one by one; past that the count is a lower bound."""
@@ -66,7 +66,7 @@ class Plan:
 
 
 def plan(
-    spec: ScheduleSpec,
+    spec: Timeline,
     next_tick_ms: int,
     now_ms: int,
     missed: MissedPolicy,
@@ -113,7 +113,7 @@ def first_tick(definition: Definition, now_ms: int) -> int | None:
     """Where a schedule planned from now starts: its first tick after now and not before
     ``start_at``; None when that is after ``end_at`` (the schedule is over)."""
     after = now_ms if definition.start_at_ms is None else max(now_ms, definition.start_at_ms - 1)
-    return _until(next_tick(definition.spec, after), definition.end_at_ms)
+    return _until(next_tick(definition.timeline, after), definition.end_at_ms)
 
 
 def first_tick_ms(definition: Definition, now_ms: int) -> int | None:
@@ -122,13 +122,29 @@ def first_tick_ms(definition: Definition, now_ms: int) -> int | None:
     return first_tick(definition, now_ms)
 
 
+def unfired_at(definition: Definition, first_tick_ms: int | None) -> int | None:
+    """The instant of an ``@at`` schedule that is already past as it is stored, or None.
+
+    SPEC §15: such a tick never fires; the store records it ``skipped`` (reason ``missed``)
+    once, when the schedule is created. An instant outside ``start_at``/``end_at`` is no
+    occurrence at all, so it is not missed either.
+    """
+    spec = definition.spec
+    if not isinstance(spec, AtSpec) or first_tick_ms is not None:
+        return None
+    start, end = definition.start_at_ms, definition.end_at_ms
+    if (start is not None and spec.at_ms < start) or (end is not None and spec.at_ms > end):
+        return None
+    return spec.at_ms
+
+
 def ticks_after(definition: Definition, after_ms: int, count: int) -> list[int]:
     """Up to ``count`` ticks after ``after_ms`` within the schedule's bounds (``next``)."""
     found: list[int] = []
     tick = first_tick(definition, after_ms)
     while tick is not None and len(found) < count:
         found.append(tick)
-        tick = _until(next_tick(definition.spec, tick), definition.end_at_ms)
+        tick = _until(next_tick(definition.timeline, tick), definition.end_at_ms)
     return found
 
 
@@ -162,7 +178,7 @@ def _summary(ticks: Sequence[int], reason: Reason = Reason.MISSED) -> tuple[Drop
 
 
 def _choose_overflow(
-    spec: ScheduleSpec, head: Sequence[int], now_ms: int, missed: MissedPolicy, backfill_max: int
+    spec: Timeline, head: Sequence[int], now_ms: int, missed: MissedPolicy, backfill_max: int
 ) -> tuple[list[int], tuple[Dropped, ...], int]:
     """More than MAX_ENUMERATION ticks are due: find the ones to fire without walking them all."""
     upcoming = next_tick(spec, now_ms)
@@ -178,7 +194,7 @@ def _choose_overflow(
     return fire, (Dropped(Reason.MISSED, count, first, last, exact),), upcoming
 
 
-def _count_span(spec: ScheduleSpec, after_ms: int, until_ms: int) -> tuple[int, int, bool]:
+def _count_span(spec: Timeline, after_ms: int, until_ms: int) -> tuple[int, int, bool]:
     """(count, last tick, exact) of the ticks in ``(after_ms, until_ms]``."""
     if isinstance(spec, IntervalSpec):
         return (
@@ -199,7 +215,7 @@ def _count_span(spec: ScheduleSpec, after_ms: int, until_ms: int) -> tuple[int, 
     return count, last, exact
 
 
-def latest_ticks(spec: ScheduleSpec, floor_ms: int, now_ms: int, k: int) -> list[int]:
+def latest_ticks(spec: Timeline, floor_ms: int, now_ms: int, k: int) -> list[int]:
     """The latest ``k`` ticks in ``[floor_ms, now_ms]`` (fewer if fewer exist), oldest first.
 
     Widens a window back from ``now_ms`` until it holds ``k`` ticks; when a window holds more
@@ -226,7 +242,7 @@ def latest_ticks(spec: ScheduleSpec, floor_ms: int, now_ms: int, k: int) -> list
     raise ValueError(f"no window of {k} ticks found before {now_ms}")  # pragma: no cover
 
 
-def dispatch_offset_ms(name: str, spec: ScheduleSpec, tick_ms: int, jitter: float) -> int:
+def dispatch_offset_ms(name: str, spec: Timeline, tick_ms: int, jitter: float) -> int:
     """The deterministic jitter of a tick, kept below the gap to the following tick.
 
     Bounded like Temporal's and APScheduler's jitter, so dispatch instants keep the ticks' own
@@ -262,7 +278,7 @@ def due_ms(name: str, definition: Definition, tick_ms: int) -> int:
     sync, resume and every store backend call it, so a jittered schedule is due at the same
     instant whichever path planned it.
     """
-    return tick_ms + dispatch_offset_ms(name, definition.spec, tick_ms, definition.jitter)
+    return tick_ms + dispatch_offset_ms(name, definition.timeline, tick_ms, definition.jitter)
 
 
 def plan_schedule(name: str, definition: Definition, next_tick_ms: int, now_ms: int) -> Plan:
@@ -270,13 +286,14 @@ def plan_schedule(name: str, definition: Definition, next_tick_ms: int, now_ms: 
     ``max_lateness`` and jitter. The one place they are read for planning, so the leader's round
     and the control API's "what will the next round fire" (``show``'s ``overdue``) agree."""
     lateness = None if definition.max_lateness is None else round(definition.max_lateness * 1000)
+    timeline = definition.timeline
     return plan(
-        definition.spec,
+        timeline,
         next_tick_ms,
         now_ms,
         definition.missed,
         definition.backfill_max,
         lateness,
-        lambda tick: dispatch_offset_ms(name, definition.spec, tick, definition.jitter),
+        lambda tick: dispatch_offset_ms(name, timeline, tick, definition.jitter),
         definition.end_at_ms,
     )

@@ -23,7 +23,7 @@ from celery_durable_beat.ids import name_key
 from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action, Definition, ScheduleState, Source
 from celery_durable_beat.policy import first_tick_ms
-from celery_durable_beat.schedules.spec import ScheduleSpec
+from celery_durable_beat.schedules.spec import Timeline
 from celery_durable_beat.store.base import ConfigChange, StoredDigest, SyncStore
 from celery_durable_beat.store.rules import iter_chunks
 
@@ -55,7 +55,7 @@ def differences(
     changes: list[ConfigChange] = []
     # Configs this large are generated: many entries share one schedule, and its first tick
     # after the same now is the same (planning a cron tick was a third of a first start).
-    first_ticks: dict[tuple[ScheduleSpec, int | None, int | None], int | None] = {}
+    first_ticks: dict[tuple[Timeline, int | None, int | None], int | None] = {}
     for key, definition in wanted.items():
         row = rows.get(key)
         if row is not None and row.source is Source.API:
@@ -67,7 +67,7 @@ def differences(
         ):
             report.unchanged.append(definition.name)
         else:
-            shape = (definition.spec, definition.start_at_ms, definition.end_at_ms)
+            shape = (definition.timeline, definition.start_at_ms, definition.end_at_ms)
             if shape not in first_ticks:
                 first_ticks[shape] = first_tick_ms(definition, now_ms)
             first = first_ticks[shape]

@@ -75,11 +75,12 @@ def window_ticks(definition: Definition, start_ms: int, end_ms: int) -> list[int
     InvalidArgument with the count when over ``BACKFILL_MAX``."""
     low = start_ms if definition.start_at_ms is None else max(start_ms, definition.start_at_ms)
     high = end_ms if definition.end_at_ms is None else min(end_ms, definition.end_at_ms)
+    timeline = definition.timeline  # excluded dates are not occurrences (SPEC §15)
     ticks: list[int] = []
-    tick = next_tick(definition.spec, low - 1)
+    tick = next_tick(timeline, low - 1)
     while tick <= high and len(ticks) <= BACKFILL_MAX:
         ticks.append(tick)
-        tick = next_tick(definition.spec, tick)
+        tick = next_tick(timeline, tick)
     if len(ticks) > BACKFILL_MAX:
         raise InvalidArgument(
             f"the window holds {_count(definition, low, high)} occurrences; a backfill covers "
@@ -90,7 +91,7 @@ def window_ticks(definition: Definition, start_ms: int, end_ms: int) -> list[int
 
 
 def _count(definition: Definition, low: int, high: int) -> str:
-    spec = definition.spec
+    spec = definition.timeline
     if isinstance(spec, IntervalSpec):
         return str(count_ticks(spec, low - 1, high))
     count, tick = 0, next_tick(spec, low - 1)

@@ -30,7 +30,7 @@ from celery_durable_beat.exceptions import OccurrenceSearchError
 from celery_durable_beat.model import Definition, ScheduleState
 from celery_durable_beat.policy import Plan, plan_schedule, ticks_after
 from celery_durable_beat.redact import redact, redact_options
-from celery_durable_beat.schedules.describe import describe, describe_bounds
+from celery_durable_beat.schedules.describe import describe, describe_bounds, describe_exclude
 from celery_durable_beat.store.base import ScheduleRecord
 
 
@@ -126,7 +126,7 @@ def _words(view: ScheduleView, d: Definition) -> str:
         view.end_at is None and d.end_at_ms is not None
     )
     bounds = "" if hidden else describe_bounds(d.start_at_ms, d.end_at_ms, view.expires, view.tz)
-    return describe(d.spec) + bounds
+    return describe(d.spec) + describe_exclude(d.exclude) + bounds
 
 
 def _merged(

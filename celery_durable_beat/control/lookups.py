@@ -29,7 +29,8 @@ def shown_of(record: ScheduleRecord) -> Shown:
     """The ``Shown`` of a record's zone and spec (a stand-in's never plannable)."""
     readable = record.unreadable is None
     d = record.definition
-    return Shown(d.tz if readable else "UTC", d.spec if readable else None)
+    exclude_tz = d.exclude.tz if readable and d.exclude is not None else None
+    return Shown(d.tz if readable else "UTC", d.spec if readable else None, exclude_tz)
 
 
 def refuse_unplannable(record: ScheduleRecord, verb: str) -> None:

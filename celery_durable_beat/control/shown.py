@@ -31,7 +31,7 @@ from croniter import croniter
 from celery_durable_beat.exceptions import OccurrenceSearchError
 from celery_durable_beat.schedules import bounds
 from celery_durable_beat.schedules.render import tick_isoformat
-from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, ScheduleSpec
+from celery_durable_beat.schedules.spec import AtSpec, CronSpec, IntervalSpec, ScheduleSpec
 from celery_durable_beat.schedules.validate import zone_problem
 from celery_durable_beat.schedules.values import value_problem
 
@@ -80,6 +80,11 @@ def spec_problem(spec: ScheduleSpec) -> str | None:
         if every > MAX_SECONDS * 1000:
             return f"the interval of {every} ms is over 100 years"
         return None
+    if isinstance(spec, AtSpec):
+        at = spec.at_ms
+        if isinstance(at, bool) or not isinstance(at, int) or not FIRST_MS <= at < END_MS:
+            return f"the @at instant {at!r} ms is not in years 1900-9999"
+        return None
     return _cron_problem(spec)
 
 
@@ -116,16 +121,25 @@ class Shown:
     so) and ``plannable`` is False, like for a spec that cannot be planned.
     """
 
-    def __init__(self, tz: object, spec: ScheduleSpec | None) -> None:
+    def __init__(self, tz: object, spec: ScheduleSpec | None, exclude_tz: object = None) -> None:
         self.problems: list[FieldProblem] = []
         tz_problem = zone_problem(tz)
         if tz_problem is not None:
             self.add("tz", tz_problem)
+        # the zone the exclude dates are read in (an interval's is the app's, stored with them)
+        exclude_problem = None if exclude_tz is None else zone_problem(exclude_tz)
+        if exclude_problem is not None:
+            self.add("exclude", exclude_problem)
         self.zone = "UTC" if tz_problem is not None or not isinstance(tz, str) else tz
         spec_error = None if spec is None else spec_problem(spec)
         if spec_error is not None:
             self.add("schedule", spec_error)
-        self.plannable = spec is not None and tz_problem is None and spec_error is None
+        self.plannable = (
+            spec is not None
+            and tz_problem is None
+            and exclude_problem is None
+            and spec_error is None
+        )
 
     def add(self, field: str, problem: str) -> None:
         self.problems.append(FieldProblem(field, problem))

@@ -25,6 +25,7 @@ from celery_durable_beat.model import (
     ScheduleState,
 )
 from celery_durable_beat.schedules.bounds import name_problem
+from celery_durable_beat.schedules.spec import AtSpec, IntervalSpec
 from celery_durable_beat.store.base import ScheduleRecord, StoredAction, StoredEvent
 
 _CURSOR_PREFIX = "h1."
@@ -84,6 +85,12 @@ class ScheduleView:
     """Why a paused schedule is paused: ``operator``, ``disabled`` or ``failures``."""
     buffered_tick: str | None
     """``buffer_one``: the tick waiting for the previous run to end (in the schedule's zone)."""
+    kind: str
+    """``cron``, ``interval`` or ``at`` (one tick, SPEC §15); ``invalid`` when unreadable."""
+    exclude: list[Any] | None
+    """The excluded dates as written (``"2026-12-25"``, ``{"from": ..., "to": ...}``), read in
+    the schedule's zone (an interval's: the app's zone); None when there are none. What a PUT
+    of the same entry takes back (SPEC §15)."""
     invalid: tuple[FieldProblem, ...]
     """The stored values that cannot be shown (``control/shown.py``); each field named here
     holds a stand-in. Serialised as ``invalid`` only when not empty."""
@@ -384,7 +391,8 @@ def schedule_view(record: ScheduleRecord) -> ScheduleView:
     """
     d = record.definition
     readable = record.unreadable is None
-    shown = Shown(d.tz if readable else "UTC", d.spec if readable else None)
+    exclude_tz = d.exclude.tz if readable and d.exclude is not None else None
+    shown = Shown(d.tz if readable else "UTC", d.spec if readable else None, exclude_tz)
     if not readable:
         shown.add("definition", record.unreadable or "")
     name_error = name_problem(record.name)
@@ -416,16 +424,27 @@ def schedule_view(record: ScheduleRecord) -> ScheduleView:
         require_worker=d.require_worker or None,
         state_reason=None if record.state_reason is None else record.state_reason.value,
         buffered_tick=shown.instant("buffered_tick", record.buffered_tick_ms),
+        kind=_kind(d) if readable else INVALID,
+        exclude=None if d.exclude is None or not readable else d.exclude.to_json(),
         invalid=tuple(shown.problems),
         definition=d,
     )
+
+
+def _kind(d: Definition) -> str:
+    """The kind of schedule, as the stored JSON names it."""
+    if isinstance(d.spec, AtSpec):
+        return "at"
+    return "interval" if isinstance(d.spec, IntervalSpec) else "cron"
 
 
 def _spec_text(d: Definition) -> str:
     """The schedule as written (``spec.text()``), or ``INVALID`` when its fields are not text."""
     try:
         return d.spec.text()
-    except TypeError:  # a cron field stored as a number: ``Shown`` names the schedule already
+    except (TypeError, ValueError, OverflowError, LookupError, OSError):
+        # a cron field stored as a number, an @at instant past year 9999 or in a zone that is
+        # not one: ``Shown`` names the schedule or the zone already
         return INVALID
 
 

@@ -9,6 +9,14 @@ the validator, a name config already owns) is that entry's line, never the end o
 
 django-celery-beat and sqlalchemy-celery-beat share one model (the latter mirrors the former),
 so the row -> entry mapping of a periodic task lives here once: :func:`periodic_task_entry`.
+
+One-shot tasks become ``@at`` schedules (SPEC §15): a ``ClockedSchedule`` its
+``clocked_time``; a ``one_off`` interval or crontab task its next occurrence after the task's
+own anchor (``start_time`` when later, else ``date_changed``: when the task was last saved), as
+this package computes occurrences (intervals aligned to the epoch, crontabs in their zone).
+The anchor is the peer's data, not the clock, so importing twice gives the same instant
+(``unchanged``). A one-shot task that already ran (the peer counted a run) is refused: nothing
+is left to run.
 """
 
 from __future__ import annotations
@@ -21,17 +29,18 @@ from typing import Any
 
 from celery.schedules import crontab
 
+from celery_durable_beat.celery_config import app_defaults, translate_entry
+from celery_durable_beat.clock import datetime_to_ms
 from celery_durable_beat.control import DurableBeat
 from celery_durable_beat.exceptions import ConfigError, ScheduleConflict
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import OperatorAction
+from celery_durable_beat.policy import first_tick
+from celery_durable_beat.schedules.spec import AtSpec
+from celery_durable_beat.schedules.validate import validate_entry
 
 STATUSES = ("created", "updated", "unchanged", "refused")
 """The word that starts each entry's outcome, in the order the total counts them."""
-
-ONE_SHOT = "run it once with `durable-beat trigger` instead"
-"""What to do with a peer's one-shot entry (``one_off``, ``clocked``): a schedule here always
-repeats, and one that disables itself after a run has no counterpart."""
 
 
 class Unreadable(Exception):
@@ -45,6 +54,9 @@ class PeerEntry:
     name: str
     entry: dict[str, Any] | None = None
     refused: str | None = None
+    one_off_after: datetime | None = None
+    """A ``one_off`` interval or crontab task: its entry becomes the first occurrence after
+    this instant, as ``@at`` (decided at upsert time, in the app's zone)."""
 
     @classmethod
     def refuse(cls, name: str, reason: str) -> PeerEntry:
@@ -126,8 +138,13 @@ def _one(beat: DurableBeat, peer: PeerEntry, *, dry_run: bool, reason: str | Non
     if peer.entry is None:
         return ImportLine(peer.name, "refused", peer.refused or "no entry")
     try:
+        entry = peer.entry if peer.one_off_after is None else _as_at(beat, peer)
+        if entry is None:
+            return ImportLine(
+                peer.name, "refused", "one_off with no occurrence left before its end"
+            )
         status = beat.upsert(
-            peer.name, peer.entry, dry_run=dry_run, reason=reason, action=OperatorAction.IMPORT
+            peer.name, entry, dry_run=dry_run, reason=reason, action=OperatorAction.IMPORT
         )
     except ConfigError as exc:
         return ImportLine(peer.name, "refused", "; ".join(p.problem for p in exc.problems))
@@ -136,24 +153,47 @@ def _one(beat: DurableBeat, peer: PeerEntry, *, dry_run: bool, reason: str | Non
     return ImportLine(peer.name, str(status.value))
 
 
+def _as_at(beat: DurableBeat, peer: PeerEntry) -> dict[str, Any] | None:
+    """A ``one_off`` repeating entry as ``@at`` its first occurrence after the anchor, read
+    exactly as the repeating entry would be (its zone, bounds and the app's defaults); None
+    when no occurrence is left before its ``end_at``. Raises ConfigError like ``upsert``."""
+    assert peer.entry is not None and peer.one_off_after is not None
+    repeating = validate_entry(
+        peer.name, translate_entry(peer.name, peer.entry), app_defaults(beat.app, beat.settings)
+    )
+    tick = first_tick(repeating, datetime_to_ms(peer.one_off_after))
+    if tick is None:
+        return None
+    return {**peer.entry, "schedule": AtSpec(tick, repeating.tz).text()}
+
+
+@dataclass(frozen=True)
+class Clocked:
+    """A ``ClockedSchedule``: one run at ``at`` (aware)."""
+
+    at: datetime
+
+
 # -- the django-celery-beat model, shared by sqlalchemy-celery-beat ---------------------------
 def periodic_task_entry(
     task: Mapping[str, Any], schedule: Any, tz: str | None, now: datetime
 ) -> PeerEntry:
     """A ``PeriodicTask`` row (django-celery-beat's columns) and its decoded schedule.
 
-    ``schedule`` is seconds (interval), a ``crontab`` (with ``tz``, its zone), or a
-    :class:`PeerEntry` refusal for a kind without a counterpart. Raises Unreadable.
+    ``schedule`` is seconds (interval), a ``crontab`` (with ``tz``, its zone), a
+    :class:`Clocked` instant, or a :class:`PeerEntry` refusal for a kind without a counterpart.
+    Raises Unreadable.
     """
     name = str(task["name"])
     if isinstance(schedule, PeerEntry):
         return schedule
-    refusal = _one_shot_refusal(task, now)
+    clocked = isinstance(schedule, Clocked)
+    refusal = _one_shot_refusal(task, now, one_shot=clocked or bool(task.get("one_off")))
     if refusal is not None:
         return PeerEntry.refuse(name, refusal)
     entry: dict[str, Any] = {
         "task": task["task"],
-        "schedule": schedule,
+        "schedule": schedule.at if isinstance(schedule, Clocked) else schedule,
         "args": _json(task, "args", list, []),
         "kwargs": _json(task, "kwargs", dict, {}),
         "enabled": bool(task.get("enabled", True)),
@@ -168,7 +208,17 @@ def periodic_task_entry(
     if task.get("expire_seconds"):
         entry["expires"] = int(task["expire_seconds"])
     entry.update(_bounds(task, now))
-    return PeerEntry(name, entry)
+    anchor = None if clocked or not task.get("one_off") else _anchor(task, now)
+    return PeerEntry(name, entry, one_off_after=anchor)
+
+
+def _anchor(task: Mapping[str, Any], now: datetime) -> datetime:
+    """Where a ``one_off`` task's next occurrence is counted from: its ``start_time`` when
+    later than its last save (``date_changed``), else that save; ``now`` when it has neither.
+    The peer's data, so a second import finds the same occurrence."""
+    start, changed = aware(task.get("start_time")), aware(task.get("date_changed"))
+    found = [moment for moment in (start, changed) if moment is not None]
+    return max(found) if found else now
 
 
 def _bounds(task: Mapping[str, Any], now: datetime) -> dict[str, datetime]:
@@ -184,10 +234,13 @@ def _bounds(task: Mapping[str, Any], now: datetime) -> dict[str, datetime]:
     return bounds
 
 
-def _one_shot_refusal(task: Mapping[str, Any], now: datetime) -> str | None:
-    """``one_off`` has no counterpart; an ``expires`` already past leaves nothing to run."""
-    if task.get("one_off"):
-        return f"one_off (disable after one run) has no counterpart; {ONE_SHOT}"
+def _one_shot_refusal(task: Mapping[str, Any], now: datetime, *, one_shot: bool) -> str | None:
+    """A one-shot task that already ran, or an ``expires`` already past, leaves nothing to run."""
+    runs = task.get("total_run_count") or 0
+    if one_shot and (runs or task.get("last_run_at") is not None):
+        last = aware(task.get("last_run_at"))
+        when = f" at {last.isoformat()}" if last is not None else ""
+        return f"one-shot task already ran{when}: nothing left to run"
     end = aware(task.get("expires"))
     if end is not None and end <= now:
         return f"expired at {end.isoformat()} (expires): nothing left to run"
@@ -229,6 +282,14 @@ def interval_seconds(every: Any, period: Any) -> float | int:
     except (TypeError, ValueError) as exc:
         raise Unreadable(f"interval every={every!r} period={period!r} ({exc})") from None
     return int(seconds) if seconds == int(seconds) else seconds
+
+
+def clocked_at(row: Mapping[str, Any]) -> Clocked:
+    """A ``ClockedSchedule`` row: its ``clocked_time``, aware (naive is UTC, as stored)."""
+    at = aware(row.get("clocked_time"))
+    if at is None:
+        raise Unreadable("its clocked schedule has no clocked_time")
+    return Clocked(at)
 
 
 def crontab_schedule(row: Mapping[str, Any]) -> crontab:

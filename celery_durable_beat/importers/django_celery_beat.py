@@ -3,7 +3,8 @@
 ``django_celery_beat_periodictask`` points at one of four schedule tables through nullable
 foreign keys (``interval_id``, ``crontab_id``, ``solar_id``, ``clocked_id``). Interval and
 crontab schedules are carried, with ``start_time`` / ``expires`` as ``start_at`` / ``end_at``;
-solar and clocked ones are refused, as is ``one_off`` (one-shot runs are triggers here). A crontab's
+a clocked one becomes ``@at`` its ``clocked_time``, a ``one_off`` interval or crontab task
+``@at`` its next occurrence (``base.periodic_task_entry``); solar ones are refused. A crontab's
 ``timezone`` column becomes the entry's ``tz``.
 """
 
@@ -14,9 +15,9 @@ from datetime import datetime
 from typing import Any
 
 from celery_durable_beat.importers.base import (
-    ONE_SHOT,
     PeerEntry,
     Unreadable,
+    clocked_at,
     crontab_schedule,
     interval_seconds,
     periodic_task_entry,
@@ -28,46 +29,45 @@ PREFIX = "django_celery_beat_"
 TASKS = PREFIX + "periodictask"
 INTERVALS = PREFIX + "intervalschedule"
 CRONTABS = PREFIX + "crontabschedule"
+CLOCKED = PREFIX + "clockedschedule"
 
 
 def read_entries(url: str, now: datetime) -> list[PeerEntry]:
     """Every periodic task, in name order, as an entry or a refusal."""
-    tasks, intervals, crontabs = read_task_tables(url, KIND, TASKS, INTERVALS, CRONTABS)
-    return [_entry(task, intervals, crontabs, now) for task in tasks]
+    tasks, intervals, crontabs, clocked = read_task_tables(
+        url, KIND, TASKS, INTERVALS, CRONTABS, CLOCKED
+    )
+    return [
+        _entry(task, {"interval": intervals, "crontab": crontabs, "clocked": clocked}, now)
+        for task in tasks
+    ]
 
 
-def _entry(
-    task: Mapping[str, Any],
-    intervals: Mapping[Any, Mapping[str, Any]],
-    crontabs: Mapping[Any, Mapping[str, Any]],
-    now: datetime,
-) -> PeerEntry:
+Tables = Mapping[str, Mapping[Any, Mapping[str, Any]]]
+
+
+def _entry(task: Mapping[str, Any], tables: Tables, now: datetime) -> PeerEntry:
     name = str(task["name"])
     try:
-        schedule, tz = _schedule(task, intervals, crontabs)
+        schedule, tz = _schedule(task, tables)
         return periodic_task_entry(task, schedule, tz, now)
     except Unreadable as exc:
         return PeerEntry.refuse(name, f"unreadable: {exc}")
 
 
-def _schedule(
-    task: Mapping[str, Any],
-    intervals: Mapping[Any, Mapping[str, Any]],
-    crontabs: Mapping[Any, Mapping[str, Any]],
-) -> tuple[Any, str | None]:
+def _schedule(task: Mapping[str, Any], tables: Tables) -> tuple[Any, str | None]:
     name = str(task["name"])
     if task.get("interval_id") is not None:
-        row = _row(intervals, task["interval_id"], "interval")
+        row = _row(tables["interval"], task["interval_id"], "interval")
         return interval_seconds(row["every"], row["period"]), None
     if task.get("crontab_id") is not None:
-        row = _row(crontabs, task["crontab_id"], "crontab")
+        row = _row(tables["crontab"], task["crontab_id"], "crontab")
         return crontab_schedule(row), (str(row["timezone"]) if row.get("timezone") else None)
     if task.get("solar_id") is not None:
         reason = "solar schedules have no counterpart (use a cron expression with a tz)"
         return PeerEntry.refuse(name, reason), None
     if task.get("clocked_id") is not None:
-        reason = f"clocked (one run at an instant) has no counterpart; {ONE_SHOT}"
-        return PeerEntry.refuse(name, reason), None
+        return clocked_at(_row(tables["clocked"], task["clocked_id"], "clocked")), None
     raise Unreadable("no schedule: interval, crontab, solar and clocked are all empty")
 
 

@@ -102,13 +102,14 @@ Rows = dict[Any, dict[str, Any]]
 
 
 def read_task_tables(
-    url: str, kind: str, tasks: str, intervals: str, crontabs: str
-) -> tuple[list[dict[str, Any]], Rows, Rows]:
-    """The two Django-shaped peers' one read: periodic tasks in name order, and their interval
-    and crontab rows by id."""
+    url: str, kind: str, tasks: str, intervals: str, crontabs: str, clocked: str
+) -> tuple[list[dict[str, Any]], Rows, Rows, Rows]:
+    """The two Django-shaped peers' one read: periodic tasks in name order, and their interval,
+    crontab and clocked rows by id (a peer's version without clocked schedules: none)."""
     with connect(url, kind) as conn:
-        tables = find_tables(conn, kind, url, tasks, (tasks, intervals, crontabs))
+        tables = find_tables(conn, kind, url, tasks, (tasks, intervals, crontabs, clocked))
         by_interval = tables.by_id(conn, intervals)
         by_crontab = tables.by_id(conn, crontabs)
+        by_clocked = tables.by_id(conn, clocked)
         found = sorted(tables.rows(conn, tasks), key=lambda row: str(row["name"]))
-    return found, by_interval, by_crontab
+    return found, by_interval, by_crontab, by_clocked

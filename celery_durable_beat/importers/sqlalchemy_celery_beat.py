@@ -14,9 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from celery_durable_beat.importers.base import (
-    ONE_SHOT,
     PeerEntry,
     Unreadable,
+    clocked_at,
     crontab_schedule,
     interval_seconds,
     periodic_task_entry,
@@ -27,19 +27,23 @@ KIND = "sqlalchemy-celery-beat"
 TASKS = "celery_periodictask"
 INTERVALS = "celery_intervalschedule"
 CRONTABS = "celery_crontabschedule"
+CLOCKED = "celery_clockedschedule"
 REFUSED = {
     "solarschedule": "solar schedules have no counterpart (use a cron expression with a tz)",
-    "clockedschedule": f"clocked (one run at an instant) has no counterpart; {ONE_SHOT}",
 }
 
 
 def read_entries(url: str, now: datetime) -> list[PeerEntry]:
     """Every periodic task, in name order, as an entry or a refusal."""
-    tasks, intervals, crontabs = read_task_tables(url, KIND, TASKS, INTERVALS, CRONTABS)
-    return [
-        _entry(task, {"intervalschedule": intervals, "crontabschedule": crontabs}, now)
-        for task in tasks
-    ]
+    tasks, intervals, crontabs, clocked = read_task_tables(
+        url, KIND, TASKS, INTERVALS, CRONTABS, CLOCKED
+    )
+    schedules = {
+        "intervalschedule": intervals,
+        "crontabschedule": crontabs,
+        "clockedschedule": clocked,
+    }
+    return [_entry(task, schedules, now) for task in tasks]
 
 
 def _entry(
@@ -66,4 +70,6 @@ def _schedule(
         raise Unreadable(f"its {kind} (id {task.get('schedule_id')}) is missing")
     if kind == "intervalschedule":
         return interval_seconds(row["every"], row["period"]), None
+    if kind == "clockedschedule":
+        return clocked_at(row), None
     return crontab_schedule(row), (str(row["timezone"]) if row.get("timezone") else None)

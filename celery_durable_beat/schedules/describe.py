@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from celery_durable_beat.schedules.dst import zone
-from celery_durable_beat.schedules.spec import CronSpec, DayRule, IntervalSpec, ScheduleSpec
+from celery_durable_beat.schedules.spec import (
+    AtSpec,
+    CronSpec,
+    DayRule,
+    Exclusions,
+    IntervalSpec,
+    ScheduleSpec,
+)
 
 WEEKDAYS = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
 MONTHS = (
@@ -65,10 +72,40 @@ def describe(spec: ScheduleSpec) -> str:
     """The spec in words."""
     if isinstance(spec, IntervalSpec):
         return describe_interval(spec.every_ms)
+    if isinstance(spec, AtSpec):
+        return _describe_at(spec)
     try:
         return f"{_describe_cron(spec)} ({spec.tz})"
     except _UnknownFieldError:
         return f'cron "{spec.expr}" ({spec.tz})'
+
+
+def _describe_at(spec: AtSpec) -> str:
+    """``once, at 2026-12-24T18:00:00+01:00 (Europe/Berlin)``; a stored instant that no
+    calendar of that zone can show (past year 9999, a zone that is not one) in milliseconds."""
+    try:
+        shown = spec.text().removeprefix("@at ")
+    except (ValueError, OverflowError, LookupError, OSError):
+        shown = f"{spec.at_ms} ms since 1970"
+    return f"once, at {shown} ({spec.tz})"
+
+
+EXCLUDE_SHOWN = 5
+"""How many excluded dates or ranges the words name before saying how many more."""
+
+
+def describe_exclude(exclusions: Exclusions | None) -> str:
+    """``, except on 2026-12-25, 2027-01-01 to 2027-01-03 (Europe/Berlin)``, or ``""``."""
+    if exclusions is None:
+        return ""
+    named = [
+        first.isoformat() if first == last else f"{first.isoformat()} to {last.isoformat()}"
+        for first, last in exclusions.spans[:EXCLUDE_SHOWN]
+    ]
+    more = len(exclusions.spans) - EXCLUDE_SHOWN
+    if more > 0:
+        named.append(f"{more} more")
+    return f", except on {', '.join(named)} ({exclusions.tz})"
 
 
 def describe_bounds(

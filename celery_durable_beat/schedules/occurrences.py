@@ -12,13 +12,18 @@ pass year 9999, in UTC or on the zone's wall clock, does not exist. :func:`next_
 answers :data:`ENDED_MS`, past every instant a surface can show, and the planner reads any tick
 past :data:`~celery_durable_beat.schedules.bounds.LAST_MS` as "no next tick", like a schedule
 past its ``end_at``. No search raises ``OverflowError``.
+
+An at spec has one tick; after it, :data:`ENDED_MS`. An :class:`ExcludedSpec` asks its base spec
+and, when a tick falls on an excluded date of the exclusions' zone, jumps to the end of that
+excluded span and asks again: at most one jump per span, so the search stays bounded, and a spec
+without exclusions never pays for them (it is not wrapped).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
@@ -34,7 +39,15 @@ from celery_durable_beat.schedules.dst import (
     wall_of,
     zone,
 )
-from celery_durable_beat.schedules.spec import CronSpec, DayRule, IntervalSpec, ScheduleSpec
+from celery_durable_beat.schedules.spec import (
+    AtSpec,
+    CronSpec,
+    DayRule,
+    ExcludedSpec,
+    Exclusions,
+    IntervalSpec,
+    Timeline,
+)
 
 MAX_STEPS = 10_000
 """Most wall-time candidates one next-tick search examines."""
@@ -49,13 +62,15 @@ has ended (SPEC §2)."""
 _ONE_SECOND = timedelta(seconds=1)
 
 
-def next_tick(spec: ScheduleSpec, after_ms: int) -> int:
+def next_tick(spec: Timeline, after_ms: int) -> int:
     """The first tick strictly after ``after_ms``; :data:`ENDED_MS` when it would pass year
     9999 (in UTC or on the wall clock of the spec's zone)."""
     if after_ms >= LAST_MS:
         return ENDED_MS
     if isinstance(spec, IntervalSpec):
         return min((after_ms // spec.every_ms + 1) * spec.every_ms, ENDED_MS)
+    if not isinstance(spec, CronSpec):
+        return _next_other(spec, after_ms)
     try:
         found = _next_cron_s(spec, after_ms) * 1000
     except OverflowError:  # a wall time past 9999-12-31 in the zone: no such occurrence
@@ -63,8 +78,62 @@ def next_tick(spec: ScheduleSpec, after_ms: int) -> int:
     return min(found, ENDED_MS)
 
 
+def _next_other(spec: AtSpec | ExcludedSpec, after_ms: int) -> int:
+    """The kinds off the cron hot path: one at tick, or a spec with exclusion dates."""
+    if isinstance(spec, AtSpec):
+        return spec.at_ms if spec.at_ms > after_ms else ENDED_MS
+    return _next_included(spec, after_ms)
+
+
+def _next_included(spec: ExcludedSpec, after_ms: int) -> int:
+    """The base spec's next tick that is not on an excluded date.
+
+    Each tick found on an excluded date moves the search to the last millisecond of that merged
+    span of dates, so the loop meets each span at most once.
+    """
+    exclusions = spec.exclusions
+    tz = zone(exclusions.tz)
+    cursor = after_ms
+    for _ in range(len(exclusions.merged) + 1):
+        tick = next_tick(spec.base, cursor)
+        if tick > LAST_MS:
+            return tick
+        span = exclusions.span_of(_local_day(tick, tz))
+        if span is None:
+            return tick
+        cursor = max(tick, _day_start_ms(span[1] + 1, tz) - 1)
+    raise OccurrenceSearchError(  # pragma: no cover - each pass leaves one span behind
+        f"no tick outside the {len(exclusions.merged)} excluded spans"
+    )
+
+
+def _local_day(tick_ms: int, tz: ZoneInfo) -> int:
+    """The proleptic ordinal of the date ``tick_ms`` falls on, on the wall clock of ``tz``
+    (one past 9999-12-31 for an instant whose wall clock is already in year 10000)."""
+    try:
+        return datetime.fromtimestamp(tick_ms // 1000, tz).toordinal()
+    except (OverflowError, ValueError):
+        return date.max.toordinal() + 1
+
+
+def _day_start_ms(day: int, tz: ZoneInfo) -> int:
+    """The first instant of the date ``day`` in ``tz``: its midnight, or the end of a gap that
+    swallows midnight (fold 0 maps a missing wall time to the instant the gap begins). Past
+    year 9999 it is past every tick."""
+    try:
+        midnight = datetime.fromordinal(day)
+    except (ValueError, OverflowError):
+        return ENDED_MS
+    return instant_s(midnight, tz) * 1000
+
+
+def excluded(exclusions: Exclusions, tick_ms: int) -> bool:
+    """Whether ``tick_ms`` falls on one of the excluded dates (in their zone)."""
+    return exclusions.span_of(_local_day(tick_ms, zone(exclusions.tz))) is not None
+
+
 def ticks_between(
-    spec: ScheduleSpec, after_ms: int, until_ms: int, limit: int = MAX_ENUMERATION
+    spec: Timeline, after_ms: int, until_ms: int, limit: int = MAX_ENUMERATION
 ) -> list[int]:
     """Ticks ``t`` with ``after_ms < t <= until_ms``, oldest first, at most ``limit`` of them."""
     if not 0 <= limit <= MAX_ENUMERATION:

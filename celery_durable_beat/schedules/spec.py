@@ -1,8 +1,13 @@
 """Schedule specs: what a ``schedule`` value means, as immutable values.
 
-Two kinds exist. A cron spec matches fields on the wall clock of its zone; an interval spec
+Three kinds exist. A cron spec matches fields on the wall clock of its zone; an interval spec
 fires every ``every_ms`` milliseconds aligned to the Unix epoch in UTC, so tick identities do not
-depend on when a beat process started.
+depend on when a beat process started; an at spec (``@at <instant>``, SPEC §15) fires once, at
+one instant, and has ended afterwards.
+
+Exclusion dates (``exclude``) are not a kind: they are :class:`Exclusions`, a value of the
+definition, which the occurrence engine applies on top of any cron or interval spec
+(:class:`ExcludedSpec`), so every caller of the engine agrees on them without a store.
 
 How the day-of-month and day-of-week fields combine is part of a cron spec (:class:`DayRule`),
 because the same five fields mean different days to different schedulers (SPEC §5): a Celery
@@ -15,13 +20,15 @@ so no stored schedule changes meaning by an upgrade alone.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
 from enum import Enum
 from functools import lru_cache
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from croniter import croniter
 
@@ -139,7 +146,83 @@ class IntervalSpec:
         return f"@every:{self.every_ms}"
 
 
-ScheduleSpec = CronSpec | IntervalSpec
+@dataclass(frozen=True)
+class AtSpec:
+    """One tick at ``at_ms`` (UTC epoch milliseconds); ``tz`` is the zone it is shown in."""
+
+    at_ms: int
+    tz: str = "UTC"
+
+    def text(self) -> str:
+        """``@at`` and the instant in its zone with the offset: what ``parse_schedule`` reads
+        back to the same spec."""
+        return f"@at {_instant_text(self.at_ms, self.tz)}"
+
+
+ScheduleSpec = CronSpec | IntervalSpec | AtSpec
+
+
+def _instant_text(ms: int, tz: str) -> str:
+    moment = datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    spec = "milliseconds" if ms % 1000 else "seconds"
+    return moment.astimezone(ZoneInfo(tz)).isoformat(timespec=spec)
+
+
+EXCLUDE_MAX = 1000
+"""The most dates or ranges one schedule's ``exclude`` holds (SPEC §15)."""
+
+
+@dataclass(frozen=True)
+class Exclusions:
+    """Dates on which a schedule has no occurrences, read on the wall clock of ``tz``.
+
+    ``spans`` are the dates as given, each ``(first, last)`` (a single date has both equal), in
+    the order given: what is stored and shown. ``merged`` are the same days as sorted, disjoint
+    ``(first, last)`` proleptic ordinals, which the engine searches with ``bisect``.
+    """
+
+    tz: str
+    spans: tuple[tuple[date, date], ...]
+    merged: tuple[tuple[int, int], ...] = field(init=False, repr=False, compare=False)
+    _starts: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        merged: list[tuple[int, int]] = []
+        for first, last in sorted((a.toordinal(), b.toordinal()) for a, b in self.spans):
+            if merged and first <= merged[-1][1] + 1:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], last))
+            else:
+                merged.append((first, last))
+        object.__setattr__(self, "merged", tuple(merged))
+        object.__setattr__(self, "_starts", tuple(first for first, _ in merged))
+
+    def span_of(self, day: int) -> tuple[int, int] | None:
+        """The merged span holding the proleptic ordinal ``day``, or None."""
+        index = bisect.bisect_right(self._starts, day) - 1
+        if index >= 0 and self.merged[index][1] >= day:
+            return self.merged[index]
+        return None
+
+    def to_json(self) -> list[Any]:
+        """The dates as written: ``"2026-12-25"`` or ``{"from": ..., "to": ...}``."""
+        return [
+            first.isoformat()
+            if first == last
+            else {"from": first.isoformat(), "to": last.isoformat()}
+            for first, last in self.spans
+        ]
+
+
+@dataclass(frozen=True)
+class ExcludedSpec:
+    """A cron or interval spec whose occurrences on excluded dates are not occurrences."""
+
+    base: CronSpec | IntervalSpec
+    exclusions: Exclusions
+
+
+Timeline = ScheduleSpec | ExcludedSpec
+"""What the occurrence engine and the planner walk: a spec, with its exclusions if any."""
 
 
 class SpecError(ValueError):
@@ -179,12 +262,38 @@ def parse_schedule(value: object, tz: str = "UTC") -> ParsedSchedule:
         return ParsedSchedule(_interval_from_seconds(value.total_seconds()))
     if isinstance(value, str):
         return _parse_string(value.strip(), tz)
+    if isinstance(value, datetime):
+        return ParsedSchedule(_at(value, tz))
     if isinstance(value, CronFields):
         return ParsedSchedule(_parse_cron(value.fields, " ".join(value.fields), tz, value.days))
     raise SpecError(
         f"{type(value).__name__} is not a supported schedule; use a cron string, "
-        "'@every 30s', a number of seconds, a timedelta, crontab() or schedule()"
+        "'@every 30s', '@at <instant>', a number of seconds, a timedelta, an aware datetime, "
+        "crontab() or schedule()"
     )
+
+
+_AT_EXAMPLE = "e.g. '@at 2026-12-24T18:00:00+01:00'"
+
+
+def _at(moment: datetime, tz: str) -> AtSpec:
+    """One tick at an aware instant; a naive one is refused (which zone would it be in?)."""
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise SpecError(
+            f"@at {moment.isoformat()} has no UTC offset; give the offset, {_AT_EXAMPLE}"
+        )
+    ms = (moment - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
+    return AtSpec(ms, tz)
+
+
+def _parse_at(text: str, tz: str) -> AtSpec:
+    instant = text[len("@at") :].strip()
+    try:
+        moment = datetime.fromisoformat(instant)
+    except ValueError:
+        shown = repr(instant) if len(instant) <= 60 else "the instant"
+        raise SpecError(f"{shown} after @at is not an ISO 8601 instant; {_AT_EXAMPLE}") from None
+    return _at(moment, tz)
 
 
 def _interval_from_seconds(seconds: int | float) -> IntervalSpec:
@@ -209,6 +318,10 @@ def _parse_string(text: str, tz: str) -> ParsedSchedule:
     prefixed = _CRON_TZ.fullmatch(text)
     if prefixed:
         cron_tz, text = prefixed.group(1), prefixed.group(2).strip()
+    if text.startswith("@at"):
+        if cron_tz is not None:
+            raise SpecError("@at names its instant with an offset; remove CRON_TZ= (use tz)")
+        return ParsedSchedule(_parse_at(text, tz))
     if text.startswith("@every"):
         if cron_tz is not None:
             raise SpecError("an interval is aligned to the Unix epoch in UTC; remove CRON_TZ=")
@@ -284,6 +397,8 @@ def _whole(digits: str) -> int:
 def spec_to_json(spec: ScheduleSpec) -> dict[str, Any]:
     if isinstance(spec, IntervalSpec):
         return {"kind": "interval", "every_ms": spec.every_ms}
+    if isinstance(spec, AtSpec):
+        return {"kind": "at", "at_ms": spec.at_ms, "tz": spec.tz}
     data: dict[str, Any] = {"kind": "cron", "fields": list(spec.fields), "tz": spec.tz}
     if spec.day_rule is not legacy_day_rule(spec.fields):
         # Written only where it differs from how a stored row without it is read, so that the
@@ -300,4 +415,18 @@ def spec_from_json(data: dict[str, Any]) -> ScheduleSpec:
         fields = tuple(data["fields"])
         days = DayRule(data["days"]) if "days" in data else legacy_day_rule(fields)
         return CronSpec(fields, data["tz"], days)
+    if data["kind"] == "at":
+        return AtSpec(int(data["at_ms"]), data["tz"])
     raise ValueError(f"unknown schedule kind {data['kind']!r}")
+
+
+def exclusions_from_json(data: dict[str, Any]) -> Exclusions:
+    """A stored ``{"tz": ..., "dates": [...]}`` (``Definition.to_json``'s ``exclude``)."""
+    spans = []
+    for item in data["dates"]:
+        if isinstance(item, str):
+            day = date.fromisoformat(item)
+            spans.append((day, day))
+        else:
+            spans.append((date.fromisoformat(item["from"]), date.fromisoformat(item["to"])))
+    return Exclusions(data["tz"], tuple(spans))

@@ -24,9 +24,17 @@ from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition, MissedPolic
 from celery_durable_beat.schedules.bounds import (
     NAME_MAX as NAME_MAX,  # noqa: PLC0414 (mypy strict: an explicit re-export for the Celery edge)
 )
-from celery_durable_beat.schedules.bounds import name_problem, seconds_problem, show_number
+from celery_durable_beat.schedules.bounds import (
+    instant_problem,
+    name_problem,
+    seconds_problem,
+    show_number,
+)
+from celery_durable_beat.schedules.dst import zone
+from celery_durable_beat.schedules.exclude import check_exclude
 from celery_durable_beat.schedules.occurrences import next_tick
 from celery_durable_beat.schedules.spec import (
+    AtSpec,
     CronSpec,
     IntervalSpec,
     ParsedSchedule,
@@ -56,6 +64,7 @@ EXTRA_KEYS = (
     "expires",
     "pause_on_failure",
     "require_worker",
+    "exclude",
 )
 KNOWN_KEYS = frozenset(STOCK_KEYS + EXTRA_KEYS)
 BACKFILL_RANGE = (1, 1000)
@@ -169,6 +178,12 @@ def _check_fields(
     values["expires"] = _check_expires(entry, found)
     values["pause_on_failure"] = _check_pause_on_failure(entry.get("pause_on_failure"), found)
     values["require_worker"] = _check_bool(entry, "require_worker", found, default=False)
+    exclude_problems: list[tuple[str, str]] = []
+    values["exclude"] = check_exclude(
+        entry.get("exclude"), values["spec"], defaults.tz, exclude_problems
+    )
+    for field, problem in exclude_problems:
+        found.add(field, problem)
     if entry.get("relative"):
         found.add("relative", RELATIVE_REFUSED)
     return values
@@ -176,7 +191,7 @@ def _check_fields(
 
 def _check_schedule(
     entry: Mapping[str, Any], defaults: EntryDefaults, found: _Collector
-) -> CronSpec | IntervalSpec | None:
+) -> CronSpec | IntervalSpec | AtSpec | None:
     if "schedule" not in entry:
         found.add("schedule", 'schedule is missing; give e.g. "0 3 * * *" or "@every 30s"')
         return None
@@ -197,8 +212,28 @@ def _check_schedule(
                 "remove tz or use a cron expression",
             )
         return parsed.spec
+    if isinstance(parsed.spec, AtSpec):
+        return _check_at(parsed.spec, explicit_tz, tz_ok, defaults, found)
     zones_ok = _check_cron_zones(parsed, explicit_tz, defaults, found)
     return parsed.spec if tz_ok and zones_ok and _fires(parsed.spec, found) else None
+
+
+def _check_at(
+    spec: AtSpec, explicit_tz: object, tz_ok: bool, defaults: EntryDefaults, found: _Collector
+) -> AtSpec | None:
+    """An ``@at`` instant in years 1900-9999 in UTC and in the zone it is shown in (``tz``,
+    else the app's zone)."""
+    if not tz_ok or (explicit_tz is None and not _check_zone(defaults.tz, "tz", found)):
+        return None
+    try:
+        shown = spec.text()
+    except (OverflowError, ValueError):  # year 1 or 9999 pushed out of range by the zone
+        shown = f"@at ({spec.at_ms} ms since 1970)"
+    problem = instant_problem("schedule", shown, spec.at_ms, zone(spec.tz))
+    if problem is not None:
+        found.add("schedule", problem)
+        return None
+    return spec
 
 
 def _check_cron_zones(

@@ -16,7 +16,7 @@ from typing import Any
 from celery_durable_beat.schedules.bounds import LAST_MS, instant_problem, show_number
 from celery_durable_beat.schedules.dst import zone
 from celery_durable_beat.schedules.occurrences import next_tick
-from celery_durable_beat.schedules.spec import ScheduleSpec
+from celery_durable_beat.schedules.spec import AtSpec, ScheduleSpec
 
 Problems = list[tuple[str, str]]
 _EXAMPLE = 'give e.g. "2026-12-01T00:00:00+01:00" or an aware datetime'
@@ -39,7 +39,9 @@ def check_window(
             )
         )
         end = None
-    if spec is not None and start is not None and next_tick(spec, start - 1) > LAST_MS:
+    # An @at before start_at simply never fires (no tick, like one after end_at): not refused.
+    planned = None if isinstance(spec, AtSpec) else spec
+    if planned is not None and start is not None and next_tick(planned, start - 1) > LAST_MS:
         problems.append(
             (
                 "start_at",

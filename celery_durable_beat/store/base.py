@@ -215,7 +215,9 @@ class AdminStore(Protocol):
        archived row comes back; re-planned to ``first_tick_ms``, failures 0; state ``active``,
        or ``paused`` when the definition says ``enabled: false``; an operator's pause survives
        unless the change is to ``enabled`` itself), or conflict (the name belongs to the other
-       source: nothing written; ``source`` never changes).
+       source: nothing written; ``source`` never changes). Creating an ``@at`` schedule whose
+       instant is already past records one ``skipped`` event, reason ``missed``, in the same
+       transaction (SPEC §15); config sync's creations do the same.
     10. **Manual runs are outside the fence, by design.** ``record_manual(event)`` writes one
         record with trigger ``manual`` and no epoch check, and refuses any other trigger
         (automatic records go through ``settle``, fenced). Why: a manual run advances no

@@ -224,6 +224,8 @@ class MemoryStore:
             held = None if row is None else row.held()
             decision = decide_upsert(held, stored, source, first_tick_ms)
             self._write_decision(key, stored, source, decision, now_ms)
+            if decision.dropped is not None:  # an @at already past when created
+                self._insert_events([_Pending(decision.dropped, self._fence.epoch, now_ms)])
         return UpsertResult(decision.name, decision.status, decision.version)
 
     def definition_digests(self, names: Sequence[str]) -> list[StoredDigest]:

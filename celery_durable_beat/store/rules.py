@@ -28,7 +28,7 @@ from celery_durable_beat.model import (
     StateReason,
     Trigger,
 )
-from celery_durable_beat.policy import due_ms
+from celery_durable_beat.policy import due_ms, unfired_at
 from celery_durable_beat.store.values import (
     ACTOR_LENGTH,
     NAME_LENGTH,
@@ -244,7 +244,8 @@ def decide_upsert(
     """
     values = plan_values(definition, first_tick_ms)
     if row is None:
-        return UpsertDecision(definition.name, UpsertOutcome.CREATED, 1, values)
+        missed = _missed_at(definition, first_tick_ms)
+        return UpsertDecision(definition.name, UpsertOutcome.CREATED, 1, values, missed)
     if row.source is not source:
         return UpsertDecision(row.name, UpsertOutcome.CONFLICT, row.version)
     same = row.definition_hash == definition.definition_hash()
@@ -254,6 +255,24 @@ def decide_upsert(
         values.update(state=ScheduleState.PAUSED, state_reason=row.state_reason, next_due_ms=None)
     version = row.version if same else row.version + 1
     return UpsertDecision(definition.name, UpsertOutcome.UPDATED, version, values)
+
+
+def _missed_at(definition: Definition, first_tick_ms: int | None) -> AuditEvent | None:
+    """The ``skipped``/``missed`` record of an ``@at`` already past when its schedule is
+    created (SPEC §15): it never fires, and says so once."""
+    tick = unfired_at(definition, first_tick_ms)
+    if tick is None:
+        return None
+    return AuditEvent(
+        schedule=definition.name,
+        tick_ms=tick,
+        task_id=None,
+        trigger=Trigger.AUTO,
+        outcome=Outcome.SKIPPED,
+        reason=Reason.MISSED.value,
+        version=1,
+        detail={"count": 1, "first_ms": tick, "last_ms": tick, "exact": True},
+    )
 
 
 def check_changes(changes: Sequence[ConfigChange]) -> list[str]:

@@ -256,7 +256,8 @@ class UpsertDecision:
     """What an upsert or a config change does to one row: ``values`` the columns to write
     (None: nothing; ``rules.state_values`` and ``archive_values`` give stored strings,
     ``plan_values`` members — both backends store either); ``dropped`` the ``replanned``
-    record of a due tick the re-plan drops (config sync writes it)."""
+    record of a due tick the re-plan drops (config sync writes it), or on a creation the
+    ``missed`` record of an ``@at`` already past (every upsert path writes it)."""
 
     name: str
     status: UpsertOutcome

@@ -29,7 +29,7 @@ from celery_durable_beat.control import DurableBeat
 from celery_durable_beat.control.shown import Shown
 from celery_durable_beat.control.views import BackfillResult, ScheduleView
 from celery_durable_beat.exceptions import DurableBeatError, InvalidArgument, ScheduleNotFound
-from celery_durable_beat.schedules.describe import describe
+from celery_durable_beat.schedules.describe import describe, describe_exclude
 from celery_durable_beat.settings import Role
 from celery_durable_beat.web.auth import COOKIE, Tokens, allows
 from celery_durable_beat.web.errors import ApiError, error_response
@@ -254,7 +254,8 @@ def _row(view: ScheduleView) -> dict[str, Any]:
     tz = view.tz
     return {
         "name": view.name,
-        "words": describe(view.definition.spec),
+        "words": describe(view.definition.spec) + describe_exclude(view.definition.exclude),
+        "kind": view.kind,
         "tz": tz,
         "next_tick": view.next_tick,
         "last_tick": _instant(view.last_tick_ms, tz),

@@ -18,6 +18,15 @@ class Problem(BaseModel):
     problem: str
 
 
+class ExcludeRange(BaseModel):
+    """An excluded range of dates, both ends included (``YYYY-MM-DD``)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    from_: str = Field(alias="from")
+    to: str
+
+
 class ScheduleOut(BaseModel):
     """A ``list --json`` item."""
 
@@ -43,6 +52,13 @@ class ScheduleOut(BaseModel):
     require_worker: bool | None
     state_reason: Literal["operator", "disabled", "failures"] | None
     buffered_tick: str | None
+    kind: str = Field(
+        description="cron, interval or at (one tick at an instant); invalid when unreadable"
+    )
+    exclude: list[str | ExcludeRange] | None = Field(
+        description="Dates without occurrences, in the schedule's zone (an interval's: the "
+        "app's zone), as written; null when none"
+    )
     invalid: list[Problem] | None = Field(
         None,
         description="Only when a stored value cannot be shown (a row written by hand or by an "

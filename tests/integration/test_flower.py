@@ -109,3 +109,43 @@ def test_a_tick_shows_in_flower_under_its_id_searchable_and_redacted(
     finally:
         rig.close()
     assert all(not p.alive() for p in rig.procs)
+
+
+def test_a_one_off_tick_shows_in_flower_under_its_id(
+    tmp_path: Path, sqlite_url: str, redis_url: str
+) -> None:
+    """SPEC §15: an ``@at`` tick is an ordinary tick: Flower finds it as ``launch@<instant>``,
+    and it runs once."""
+    from datetime import datetime, timedelta, timezone
+
+    from celery_durable_beat import tick_task_id
+
+    at = (datetime.now(timezone.utc) + timedelta(seconds=20)).replace(microsecond=0)
+    schedule = {"launch": {"task": "procapp.record", "schedule": f"@at {at.isoformat()}"}}
+    rig = ProcessRig(tmp_path, sqlite_url, redis_url, schedule=schedule, guard=False)
+    port = free_port()
+    flower = FlowerApi(port)
+    expected = tick_task_id("launch", int(at.timestamp() * 1000))
+    try:
+        process = rig.celery(
+            ["flower", "--address=127.0.0.1", f"--port={port}"],
+            "flower",
+            env={"FLOWER_UNAUTHENTICATED_API": "1"},
+        )
+        wait_until(flower.answers, 30, f"Flower on port {port}\n{process.tail()}", 0.3)
+        rig.worker(flags=["-E"])
+        rig.beat()
+
+        def launched() -> dict[str, Any]:
+            tasks = flower.get("/api/tasks", search="launch", limit="100")
+            done = tasks.get(expected, {}).get("state") == "SUCCESS"
+            return tasks if done else {}
+
+        listed = wait_until(launched, 60, f"{expected} to succeed in Flower", 0.5)
+        assert list(listed) == [expected]
+        assert listed[expected]["name"] == "procapp.record"
+        assert [r["id"] for r in rig.rows("run")] == [expected]  # ran once
+        (tmp_path / "flower-tasks.json").write_text(json.dumps(listed, indent=2))
+    finally:
+        rig.close()
+    assert all(not p.alive() for p in rig.procs)

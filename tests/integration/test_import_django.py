@@ -21,27 +21,32 @@ from celery import Celery
 from celery_durable_beat import DurableBeat
 from celery_durable_beat.exceptions import ImportSourceError
 from celery_durable_beat.importers import import_schedules
-from tests.support.peers import celery_next_runs, store_rows, write_django
+from tests.support.peers import celery_next_runs, one_off_anchors, store_rows, write_django
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 KIND = "django-celery-beat"
 AFTER = datetime(2026, 6, 1, 12, 7, tzinfo=timezone.utc)  # far from any DST change
-ONE_SHOT = "run it once with `durable-beat trigger` instead"
 EXPECTED = {
     "at-sunrise": "refused: solar schedules have no counterpart (use a cron expression with a tz)",
     "bad-args": "refused: unreadable: args is not JSON",
-    "clocked-once": f"refused: clocked (one run at an instant) has no counterpart; {ONE_SHOT}",
+    "clocked-once": "created",
+    "clocked-past": "created",
+    "clocked-ran": "refused: one-shot task already ran: nothing left to run",
     "disabled-hourly": "created",
     "ended": "refused: expired at 2024-01-01T00:00:00+00:00 (expires): nothing left to run",
     "ends-later": "created",
     "every-90s": "created",
-    "expired-one-off": f"refused: one_off (disable after one run) has no counterpart; {ONE_SHOT}",
+    "expired-one-off": "refused: expired at 2024-01-01T00:00:00+00:00 (expires): nothing left",
     "first-monday-berlin": "created",
+    "one-off-hourly": "created",
+    "one-off-monday": "created",
     "quarter-hour-ny": "created",
     "started-long-ago": "created",
     "starts-later": "created",
 }
+CREATED = sum(1 for line in EXPECTED.values() if line == "created")
+REFUSED = len(EXPECTED) - CREATED
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -75,7 +80,12 @@ def test_every_field_is_mapped_and_every_refusal_says_why(
     assert set(lines) == set(EXPECTED)
     for name, expected in EXPECTED.items():
         assert lines[name].startswith(expected), (name, lines[name])
-    assert report.totals() == {"created": 7, "updated": 0, "unchanged": 0, "refused": 5}
+    assert report.totals() == {
+        "created": CREATED,
+        "updated": 0,
+        "unchanged": 0,
+        "refused": REFUSED,
+    }
 
     every = beat.store.get("every-90s")
     assert every is not None
@@ -119,21 +129,58 @@ def test_every_field_is_mapped_and_every_refusal_says_why(
         "2026-09-07",
     ]
 
+    _one_shots_are_at_schedules(beat, django_source)
+
     # a second run changes nothing: every carried entry unchanged, the rows untouched
     before = store_rows(sqlite_url)
     again = import_schedules(beat, KIND, django_source)
-    assert again.totals() == {"created": 0, "updated": 0, "unchanged": 7, "refused": 5}
+    assert again.totals() == {
+        "created": 0,
+        "updated": 0,
+        "unchanged": CREATED,
+        "refused": REFUSED,
+    }
     assert store_rows(sqlite_url) == before
+
+
+def _one_shots_are_at_schedules(beat: DurableBeat, source: str) -> None:
+    """SPEC §15: clocked tasks become @at their instant; one_off interval and crontab tasks @at
+    their next occurrence after the task was saved; a clocked instant already past never fires
+    and says so once."""
+    clocked = beat.get("clocked-once")
+    assert (clocked.kind, clocked.schedule) == ("at", "@at 2099-01-01T00:00:00+00:00")
+    assert clocked.next_tick == "2099-01-01T00:00:00+00:00"
+    assert [t.task_id for t in beat.next_ticks("clocked-once", 3)] == [
+        "clocked-once@2099-01-01T00:00:00Z"
+    ]
+    past = beat.get("clocked-past")
+    assert (past.kind, past.next_tick, past.state) == ("at", None, "active")
+    (event,) = beat.history("clocked-past").events
+    assert (event.outcome, event.reason, event.tick_ms) == ("skipped", "missed", PAST_MS)
+
+    saved = one_off_anchors(source, "django_celery_beat_periodictask")
+    hourly = beat.get("one-off-hourly")
+    after = int(saved["one-off-hourly"].timestamp() * 1000)
+    assert hourly.kind == "at" and hourly.schedule.startswith("@at ")
+    assert hourly.next_tick_ms == (after // 3_600_000 + 1) * 3_600_000  # next hour, aligned
+    monday = beat.get("one-off-monday")
+    fields = {"minute": "0", "hour": "8", "day_of_month": "1-7", "day_of_week": "1"}
+    (expected,) = celery_next_runs(fields, "Europe/Berlin", saved["one-off-monday"], 1)
+    assert (monday.kind, monday.tz, monday.next_tick_ms) == ("at", "Europe/Berlin", expected)
+
+
+PAST_MS = int(datetime(2024, 1, 1, tzinfo=timezone.utc).timestamp() * 1000)
 
 
 def test_dry_run_writes_nothing(django_source: str, beat: DurableBeat, sqlite_url: str) -> None:
     report = import_schedules(beat, KIND, django_source, dry_run=True)
-    assert report.totals()["created"] == 7
-    assert report.text()[-1].startswith("dry run, nothing written: 12 entries")
+    assert report.totals()["created"] == CREATED
+    assert report.text()[-1].startswith(f"dry run, nothing written: {len(EXPECTED)} entries")
     assert beat.list() == []
     import_schedules(beat, KIND, django_source)
     before = store_rows(sqlite_url)
-    assert import_schedules(beat, KIND, django_source, dry_run=True).totals()["unchanged"] == 7
+    dry = import_schedules(beat, KIND, django_source, dry_run=True)
+    assert dry.totals()["unchanged"] == CREATED
     assert store_rows(sqlite_url) == before
 
 
@@ -172,15 +219,17 @@ def test_the_cli_imports_and_fails_in_one_line(tmp_path: Path, sqlite_url: str) 
     dry = cli("--from", KIND, source, "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert json.loads(dry.stdout)["totals"] == {
-        "created": 7,
+        "created": CREATED,
         "updated": 0,
         "unchanged": 0,
-        "refused": 5,
+        "refused": REFUSED,
     }
     first = cli("--from", KIND, source)
     assert first.returncode == 0, first.stderr
     assert "every-90s: created" in first.stdout.splitlines()
-    assert first.stdout.splitlines()[-1].endswith("7 created, 0 updated, 0 unchanged, 5 refused")
+    tail = f"{CREATED} created, 0 updated, 0 unchanged, {REFUSED} refused"
+    assert first.stdout.splitlines()[-1].endswith(tail)
+    assert "clocked-once: created" in first.stdout.splitlines()
     second = cli("--from", KIND, source, "--json")
     entries = {e["name"]: e for e in json.loads(second.stdout)["entries"]}
     assert {e["status"] for e in entries.values()} == {"unchanged", "refused"}

@@ -15,7 +15,7 @@ from celery import Celery
 
 from celery_durable_beat import DurableBeat
 from celery_durable_beat.importers import import_schedules
-from tests.support.peers import celery_next_runs, store_rows, write_sqlalchemy
+from tests.support.peers import celery_next_runs, one_off_anchors, store_rows, write_sqlalchemy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -23,11 +23,12 @@ KIND = "sqlalchemy-celery-beat"
 AFTER = datetime(2026, 6, 1, 12, 7, tzinfo=timezone.utc)
 EXPECTED = {
     "at-sunrise": "refused: solar schedules have no counterpart",
-    "clocked-once": "refused: clocked (one run at an instant) has no counterpart",
+    "clocked-once": "created",
     "disabled-hourly": "created",
     "every-90s": "created",
-    "expired-one-off": "refused: one_off (disable after one run) has no counterpart",
+    "expired-one-off": "refused: expired at 2024-01-01T00:00:00+00:00 (expires)",
     "first-monday-berlin": "created",
+    "one-off-hourly": "created",
     "quarter-hour-ktm": "created",
 }
 
@@ -55,7 +56,7 @@ def test_import_maps_refuses_and_is_idempotent(
     source: str, beat: DurableBeat, sqlite_url: str
 ) -> None:
     dry = import_schedules(beat, KIND, source, dry_run=True)
-    assert dry.totals()["created"] == 4
+    assert dry.totals()["created"] == 6
     assert beat.list() == []
 
     report = import_schedules(beat, KIND, source)
@@ -89,7 +90,17 @@ def test_import_maps_refuses_and_is_idempotent(
     ours = [t.tick_ms for t in beat.next_ticks("first-monday-berlin", 3, after=AFTER)]
     assert ours == celery_next_runs(monday, "Europe/Berlin", AFTER, 3)
 
+    # SPEC §15: the clocked task is @at its instant, the one_off interval @at its next
+    # occurrence after the task was saved (sqlalchemy-celery-beat's own date_changed)
+    clocked = beat.get("clocked-once")
+    assert (clocked.kind, clocked.next_tick) == ("at", "2099-01-01T00:00:00+00:00")
+    saved = one_off_anchors(source, "celery_periodictask")["one-off-hourly"]
+    after = int(saved.timestamp() * 1000)
+    hourly = beat.get("one-off-hourly")
+    assert hourly.kind == "at"
+    assert hourly.next_tick_ms == (after // 3_600_000 + 1) * 3_600_000
+
     before = store_rows(sqlite_url)
     again = import_schedules(beat, KIND, source)
-    assert again.totals() == {"created": 0, "updated": 0, "unchanged": 4, "refused": 3}
+    assert again.totals() == {"created": 0, "updated": 0, "unchanged": 6, "refused": 2}
     assert store_rows(sqlite_url) == before

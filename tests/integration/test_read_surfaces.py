@@ -68,6 +68,18 @@ BAD: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
             schedule={"kind": "cron", "fields": ["0", "3", "32", "*", "1"], "tz": "UTC"}
         ),
     ),
+    "at-year-20000": (
+        "schedule",
+        lambda d: d.update(schedule={"kind": "at", "at_ms": YEAR_20000_MS, "tz": "UTC"}),
+    ),
+    "exclude-no-zone": (
+        "exclude",
+        lambda d: d.update(exclude={"tz": "Mars/Base", "dates": ["2026-12-25"]}),
+    ),
+    "exclude-not-a-date": (
+        "definition",
+        lambda d: d.update(exclude={"tz": "UTC", "dates": ["2026-13-01"]}),
+    ),
     "deep-args": ("args", lambda d: d.update(args=json.loads(_nested(40)))),
     "no-task": ("definition", lambda d: d.pop("task")),
 }

@@ -18,7 +18,7 @@ from sqlalchemy import event, literal_column, select, update
 from celery_durable_beat.exceptions import InvalidArgument, StaleEpoch
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Definition, Outcome, Reason, ScheduleState, Source, Trigger
-from celery_durable_beat.schedules.spec import IntervalSpec
+from celery_durable_beat.schedules.spec import AtSpec, IntervalSpec
 from celery_durable_beat.store.base import AuditEvent, ConfigChange, Store
 from celery_durable_beat.store.sql import SqlStore, config_sync
 from celery_durable_beat.store.tables import CONFIG_ROWS, FENCE_ID, fence, schedules
@@ -164,6 +164,33 @@ def test_a_replan_dropping_a_due_tick_records_replanned(store: Store) -> None:
     store.set_state("job", ScheduleState.PAUSED, now)
     store.sync_config([change("job", 9 * MINUTE)], epoch=1, now_ms=20 * MINUTE)
     assert len(store.history("job", limit=10)) == 1
+
+
+def test_creating_an_at_already_past_records_one_missed_skip(store: Store) -> None:
+    """SPEC §15, rules 7 and 9: an ``@at`` already past when its schedule is created (config
+    sync or upsert) has no next tick and one ``skipped``/``missed`` record; a second sync or
+    upsert of the same definition records nothing more, and one still ahead records nothing."""
+    past = AtSpec(5 * MINUTE)
+    gone = Definition(name="gone", task="tasks.work", spec=past)
+    store.sync_config([ConfigChange("gone", gone, None)], epoch=1, now_ms=10 * MINUTE)
+    store.sync_config([ConfigChange("gone", gone, None)], epoch=1, now_ms=11 * MINUTE)
+    by_api = Definition(name="by-api", task="tasks.work", spec=past)
+    store.upsert(by_api, Source.API, None, 10 * MINUTE)
+    store.upsert(by_api, Source.API, None, 11 * MINUTE)
+    for name in ("gone", "by-api"):
+        [event] = store.history(name, limit=10)
+        assert (event.outcome, event.reason, event.tick_ms, event.trigger) == (
+            Outcome.SKIPPED,
+            Reason.MISSED.value,
+            5 * MINUTE,
+            Trigger.AUTO,
+        )
+        record = store.get(name)
+        assert record is not None and record.next_tick_ms is None
+        assert record.state is ScheduleState.ACTIVE
+    ahead = Definition(name="ahead", task="tasks.work", spec=AtSpec(20 * MINUTE))
+    store.sync_config([ConfigChange("ahead", ahead, 20 * MINUTE)], epoch=1, now_ms=10 * MINUTE)
+    assert store.history("ahead", limit=10) == []
 
 
 def test_a_sync_costs_statements_per_batch_not_per_entry(sql_store: SqlStore) -> None:

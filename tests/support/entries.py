@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from typing import Any
 
 from celery.schedules import crontab, schedule, solar
@@ -267,8 +267,41 @@ tasks = st.one_of(
 )
 seconds_values = st.one_of(numbers, timedeltas, st.sampled_from([None, "5", "next_tick"]))
 
+_dates = st.one_of(
+    st.dates(min_value=date(1, 1, 1), max_value=date(9999, 12, 31)).map(date.isoformat),
+    st.dates(min_value=date(1900, 1, 1), max_value=date(9999, 12, 31)),
+    st.sampled_from(["1899-12-31", "9999-12-31", "2026-02-30", "2026-1-1", "", "2026-W01-1"]),
+    st.just(datetime(2026, 1, 1, tzinfo=timezone.utc)),
+    edge_numbers,
+)
+_exclude_items = st.one_of(
+    _dates,
+    st.fixed_dictionaries({"from": _dates, "to": _dates}),
+    st.fixed_dictionaries({"from": _dates}),
+    st.sampled_from([{}, [], None]),
+)
+exclude_values = st.one_of(
+    st.lists(_exclude_items, max_size=5),
+    st.just(["2026-12-25"] * 1001),
+    st.sampled_from(["2026-12-25", {"from": "2026-12-25", "to": "2026-12-26"}, 7]),
+)
+"""``exclude`` values (SPEC §15): dates and ranges at and past the bounds, bad shapes, too many."""
+_valid_dates = st.dates(min_value=date(1900, 1, 1), max_value=date(9999, 12, 31))
+valid_excludes = st.lists(
+    st.one_of(
+        _valid_dates.map(date.isoformat),
+        st.tuples(_valid_dates, _valid_dates).map(
+            lambda pair: {"from": min(pair).isoformat(), "to": max(pair).isoformat()}
+        ),
+    ),
+    max_size=4,
+)
+"""``exclude`` lists inside the bounds (any date in years 1900-9999, ranges the right way)."""
+at_schedules = st.one_of(instants.map(lambda value: f"@at {value}"), _aware)
+"""``@at`` schedules: text and aware ``datetime`` instants at and past the bounds (SPEC §15)."""
+
 entries = st.fixed_dictionaries(
-    {"task": tasks, "schedule": schedules},
+    {"task": tasks, "schedule": st.one_of(schedules, at_schedules)},
     optional={
         "args": args_values,
         "kwargs": kwargs_values,
@@ -288,6 +321,7 @@ entries = st.fixed_dictionaries(
         "expires": seconds_values,
         "pause_on_failure": st.one_of(st.integers(-1, 10), edge_numbers),
         "require_worker": st.sampled_from([True, False, None, "no"]),
+        "exclude": exclude_values,
         "relative": st.booleans(),
         "unknown_key": st.just(1),
     },
@@ -297,6 +331,7 @@ entries = st.fixed_dictionaries(
 _valid_tasks = st.sampled_from(["proj.tasks.cleanup", "proj.report", "t", "x" * 300, "日本.タスク"])
 _plausible_schedules = st.one_of(
     st.sampled_from(["0 3 * * *", "*/10 * * * * *", "@every 30s", "@daily", 30, 0.5]),
+    at_schedules,
     cron_tz_strings,
     every_strings,
     edge_numbers,
@@ -322,6 +357,7 @@ plausible_entries = st.fixed_dictionaries(
         "missed": st.sampled_from(["skip", "run_once", "backfill"]),
         "overlap": st.sampled_from(["allow", "skip", "replace"]),
         "enabled": st.booleans(),
+        "exclude": valid_excludes,
     },
 )
 """An entry close to valid, with a few values at an edge: what validation most often accepts, so
@@ -366,6 +402,7 @@ valid_entries = st.fixed_dictionaries(
             st.integers(1, int(HUNDRED_YEARS_S)),
             st.floats(0.001, HUNDRED_YEARS_S),
             st.timedeltas(min_value=timedelta(milliseconds=1), max_value=timedelta(days=36_525)),
+            _bounded_instants.map(lambda value: f"@at {value}"),
         ),
     },
     optional={
@@ -385,6 +422,7 @@ valid_entries = st.fixed_dictionaries(
         "missed": st.sampled_from(["skip", "run_once", "backfill"]),
         "overlap": st.sampled_from(["allow", "skip", "replace", "buffer_one"]),
         "enabled": st.booleans(),
+        "exclude": valid_excludes,
     },
 )
 """Entries whose every value lies inside SPEC §2's bounds, many at a bound (100 years, years 1900

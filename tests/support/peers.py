@@ -4,7 +4,8 @@ Django configures its settings once per process and sqlalchemy-celery-beat's mod
 import under SQLAlchemy 2, so each peer runs in a child Python of its own: the test process
 imports none of them, exactly as the importers do not. Every writer creates the same story:
 an interval with every per-message option, crontabs in a zone (``*/15``; day of month and day
-of week together), a disabled entry, and the entries the import must refuse.
+of week together), a disabled entry, one-shot tasks (clocked ones, ``one_off`` interval and
+crontab ones, one that already ran), and the entries the import must refuse.
 """
 
 from __future__ import annotations
@@ -75,6 +76,16 @@ sunrise = SolarSchedule.objects.create(event="sunrise", latitude=52.52, longitud
 PeriodicTask.objects.create(name="at-sunrise", task="proj.lights", solar=sunrise)
 clocked = ClockedSchedule.objects.create(clocked_time=FUTURE)
 PeriodicTask.objects.create(name="clocked-once", task="proj.once", clocked=clocked, one_off=True)
+clocked_past = ClockedSchedule.objects.create(clocked_time=PAST)
+PeriodicTask.objects.create(name="clocked-past", task="proj.once", clocked=clocked_past,
+                            one_off=True)
+# what django-celery-beat leaves after running a one-off: disabled, its run counted
+PeriodicTask.objects.create(name="clocked-ran", task="proj.once", clocked=clocked_past,
+                            one_off=True, enabled=False, total_run_count=1)
+PeriodicTask.objects.create(name="one-off-hourly", task="proj.once", interval=hourly,
+                            one_off=True)
+PeriodicTask.objects.create(name="one-off-monday", task="proj.digest", crontab=first_monday,
+                            one_off=True)
 PeriodicTask.objects.create(name="bad-args", task="proj.report", interval=every90,
                             args="[1, oops")
 print(PeriodicTask.objects.count())
@@ -124,6 +135,7 @@ add(
                  expires=PAST),
     PeriodicTask(name="at-sunrise", task="proj.lights", schedule_model=sunrise),
     PeriodicTask(name="clocked-once", task="proj.once", schedule_model=clocked, one_off=True),
+    PeriodicTask(name="one-off-hourly", task="proj.once", schedule_model=hourly, one_off=True),
 )
 print(session.query(PeriodicTask).count())
 """
@@ -211,6 +223,30 @@ def celery_next_runs(fields: dict[str, Any], zone: str, after: datetime, count: 
         last = last_in_zone + delta
         runs.append(int(last.astimezone(timezone.utc).timestamp() * 1000))
     return runs
+
+
+def one_off_anchors(url: str, table: str) -> dict[str, datetime]:
+    """``date_changed`` of each ``one_off`` task in the peer's table (naive is UTC): what the
+    importer counts a one-off's next occurrence from."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            inspector = sa.inspect(conn)
+            schema = next(
+                (s for s in inspector.get_schema_names() if inspector.has_table(table, schema=s)),
+                None,
+            )
+            rows = sa.Table(table, sa.MetaData(), autoload_with=conn, schema=schema)
+            found = conn.execute(sa.select(rows.c.name, rows.c.date_changed)).all()
+    finally:
+        engine.dispose()
+    return {
+        str(name): (when if when.tzinfo else when.replace(tzinfo=timezone.utc))
+        for name, when in found
+        if isinstance(when, datetime)
+    }
 
 
 def store_rows(store_url: str) -> list[dict[str, Any]]:

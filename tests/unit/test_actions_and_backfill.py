@@ -342,6 +342,31 @@ def test_backfill_keeps_to_the_schedule_bounds_and_needs_aware_instants(
         beat.backfill("report", datetime(2026, 12, 1, 9), datetime.now(timezone.utc))
 
 
+def test_backfill_skips_excluded_dates_and_covers_a_one_off(
+    beat: DurableBeat, clock: Clock
+) -> None:
+    """Excluded dates are not occurrences (SPEC §15), for a backfill as for the planner; a
+    one-off's single tick is its only occurrence."""
+    daily = {"task": "proj.daily", "schedule": "0 6 * * *", "tz": "Pacific/Kiritimati"}
+    beat.upsert("daily", {**daily, "exclude": ["2026-11-29"]})
+    clock.set("2026-12-01T10:00:00+00:00")
+    found = beat.backfill(
+        "daily", at("2026-11-27T00:00:00+00:00"), at("2026-11-30T23:59:00+00:00"), dry_run=True
+    )
+    # 06:00 in Kiritimati (UTC+14) is 16:00 UTC the day before: the 29th's tick (28th, UTC)
+    # is excluded.
+    assert [t.tick for t in found.ticks] == [
+        "2026-11-27T16:00:00Z",
+        "2026-11-29T16:00:00Z",
+        "2026-11-30T16:00:00Z",
+    ]
+    beat.upsert("once", {"task": "proj.once", "schedule": "@at 2026-12-01T09:30:00+00:00"})
+    one = beat.backfill(
+        "once", at("2026-12-01T09:00:00+00:00"), at("2026-12-01T10:00:00+00:00"), dry_run=True
+    )
+    assert [t.tick for t in one.ticks] == ["2026-12-01T09:30:00Z"]
+
+
 def test_import_records_one_action_per_schedule_written(beat: DurableBeat) -> None:
     from celery_durable_beat.importers.base import PeerEntry, run_import
 

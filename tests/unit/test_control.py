@@ -67,6 +67,9 @@ SPEC_LIST_FIELDS = {
     "require_worker",
     "state_reason",
     "buffered_tick",
+    # SPEC §15: what kind of schedule (an @at is "at"), and its exclusion dates as written
+    "kind",
+    "exclude",
 }
 SPEC_EVENT_FIELDS = {
     "schedule",

@@ -132,6 +132,7 @@ def upsert(
             return result
         if row is None:
             if _insert(conn, definition, key, source, decision, now_ms):
+                _record_created(conn, decision, now_ms)
                 return result
             continue  # a concurrent upsert created it first: decide against that row
         conn.execute(
@@ -165,6 +166,20 @@ def to_stored_row(row: Any) -> StoredRow:
         enabled=bool((row.definition or {}).get("enabled", True)),
         state_reason=None if row.state_reason is None else StateReason(row.state_reason),
         buffered_tick_ms=row.buffered_tick_ms,
+    )
+
+
+def _record_created(conn: Connection, decision: UpsertDecision, now_ms: int) -> None:
+    """The record a creation leaves (an ``@at`` already past: ``skipped``, ``missed``), in the
+    upsert's transaction, with the fence's newest epoch for reading only (an upsert is not
+    fenced, like a manual run)."""
+    if decision.dropped is None:
+        return
+    newest = select(fence.c.epoch).where(fence.c.id == FENCE_ID).scalar_subquery()
+    conn.execute(
+        audit.insert().values(
+            **audit_values(decision.dropped), epoch=func.coalesce(newest, 0), recorded_at_ms=now_ms
+        )
     )
 
 
