@@ -24,15 +24,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from celery_durable_beat.control.lookups import refuse_archived, refuse_unplannable
+from celery_durable_beat.control.manual import published_event
 from celery_durable_beat.control.views import BackfillResult, BackfillTick
 from celery_durable_beat.exceptions import InvalidArgument, PublishFailed
 from celery_durable_beat.ids import format_tick_instant, tick_task_id
-from celery_durable_beat.message import TickMessage, build_message
-from celery_durable_beat.model import Definition, Outcome, Trigger
+from celery_durable_beat.message import build_message
+from celery_durable_beat.model import Definition, Trigger
 from celery_durable_beat.publish.base import Publisher
 from celery_durable_beat.schedules.occurrences import count_ticks, next_tick
 from celery_durable_beat.schedules.spec import IntervalSpec
-from celery_durable_beat.store.base import AuditEvent, ControlStore, ScheduleRecord
+from celery_durable_beat.store.base import ControlStore, ScheduleRecord
 
 BACKFILL_MAX = 1000
 """Most occurrences one backfill call may cover (SPEC §15)."""
@@ -134,19 +135,6 @@ def publish_backfill(
                     break
             reason = reason or session.confirm()
             failed = None if reason is None else reason.value
-            store.record_backfill([_event(record, m, failed) for m in batch])
+            store.record_backfill([published_event(record, m, failed) for m in batch])
             if failed is not None:
                 raise PublishFailed(record.name, failed, what=f"backfill ({start} sent)")
-
-
-def _event(record: ScheduleRecord, message: TickMessage, reason: str | None) -> AuditEvent:
-    return AuditEvent(
-        schedule=record.name,
-        tick_ms=message.tick_ms,
-        task_id=message.task_id,
-        trigger=Trigger.BACKFILL,
-        outcome=Outcome.ENQUEUED if reason is None else Outcome.FAILED,
-        reason=reason,
-        lag_ms=0,
-        version=record.version,
-    )

@@ -58,25 +58,32 @@ def run_now(
     with publisher.session() as session:
         reason = session.publish(message) or session.confirm()  # delivered, not buffered
     detail = {} if body is None else {BODY_KEY: body}
-    store.record_manual(_event(record, message, None if reason is None else reason.value, detail))
+    store.record_manual(
+        published_event(record, message, None if reason is None else reason.value, detail)
+    )
     if reason is not None:
         raise PublishFailed(record.name, reason.value)
     return TriggerResult(task_id, created=True)
 
 
-def _event(
-    record: ScheduleRecord, message: TickMessage, reason: str | None, detail: Mapping[str, Any]
+def published_event(
+    record: ScheduleRecord,
+    message: TickMessage,
+    reason: str | None,
+    detail: Mapping[str, Any] | None = None,
 ) -> AuditEvent:
+    """The record of a tick published outside the round (a manual run, a backfill): its
+    message's trigger, ``enqueued``, or ``failed`` with ``reason``."""
     return AuditEvent(
         schedule=record.name,
         tick_ms=message.tick_ms,
         task_id=message.task_id,
-        trigger=Trigger.MANUAL,
+        trigger=message.trigger,
         outcome=Outcome.ENQUEUED if reason is None else Outcome.FAILED,
         reason=reason,
         lag_ms=0,
         version=record.version,
-        detail=detail,
+        detail=detail or {},
     )
 
 

@@ -263,16 +263,8 @@ def _missed_at(definition: Definition, first_tick_ms: int | None) -> AuditEvent 
     tick = unfired_at(definition, first_tick_ms)
     if tick is None:
         return None
-    return AuditEvent(
-        schedule=definition.name,
-        tick_ms=tick,
-        task_id=None,
-        trigger=Trigger.AUTO,
-        outcome=Outcome.SKIPPED,
-        reason=Reason.MISSED.value,
-        version=1,
-        detail={"count": 1, "first_ms": tick, "last_ms": tick, "exact": True},
-    )
+    detail = {"count": 1, "first_ms": tick, "last_ms": tick, "exact": True}
+    return _skipped(definition.name, tick, Reason.MISSED, 1, detail)
 
 
 def check_changes(changes: Sequence[ConfigChange]) -> list[str]:
@@ -310,15 +302,22 @@ def _dropped(row: StoredRow, now_ms: int) -> AuditEvent | None:
         tick = row.next_tick_ms if due else None
     if tick is None:
         return None
+    return _skipped(row.name, tick, Reason.REPLANNED, row.version, {"count": 1})
+
+
+def _skipped(
+    name: str, tick_ms: int, reason: Reason, version: int, detail: dict[str, Any]
+) -> AuditEvent:
+    """One automatic tick recorded ``skipped`` outside any round (sync, upsert)."""
     return AuditEvent(
-        schedule=row.name,
-        tick_ms=tick,
+        schedule=name,
+        tick_ms=tick_ms,
         task_id=None,
         trigger=Trigger.AUTO,
         outcome=Outcome.SKIPPED,
-        reason=Reason.REPLANNED.value,
-        version=row.version,
-        detail={"count": 1},
+        reason=reason.value,
+        version=version,
+        detail=detail,
     )
 
 
