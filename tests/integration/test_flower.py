@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.support.procs import free_port, wait_until
-from tests.support.rig import ProcessRig
+from tests.support.rig import ProcessRig, app_env
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -120,12 +120,9 @@ def test_a_one_off_tick_shows_in_flower_under_its_id(
 
     from celery_durable_beat import tick_task_id
 
-    at = (datetime.now(timezone.utc) + timedelta(seconds=20)).replace(microsecond=0)
-    schedule = {"launch": {"task": "procapp.record", "schedule": f"@at {at.isoformat()}"}}
-    rig = ProcessRig(tmp_path, sqlite_url, redis_url, schedule=schedule, guard=False)
+    rig = ProcessRig(tmp_path, sqlite_url, redis_url, guard=False)
     port = free_port()
     flower = FlowerApi(port)
-    expected = tick_task_id("launch", int(at.timestamp() * 1000))
     try:
         process = rig.celery(
             ["flower", "--address=127.0.0.1", f"--port={port}"],
@@ -134,6 +131,12 @@ def test_a_one_off_tick_shows_in_flower_under_its_id(
         )
         wait_until(flower.answers, 30, f"Flower on port {port}\n{process.tail()}", 0.3)
         rig.worker(flags=["-E"])
+        # The instant is set once Flower and the worker are up, so their start-up (slow on a
+        # loaded machine) cannot eat the margin beat needs to store it while still ahead.
+        at = (datetime.now(timezone.utc) + timedelta(seconds=12)).replace(microsecond=0)
+        schedule = {"launch": {"task": "procapp.record", "schedule": f"@at {at.isoformat()}"}}
+        rig.env.update(app_env({"schedule": schedule}))
+        expected = tick_task_id("launch", int(at.timestamp() * 1000))
         rig.beat()
 
         def launched() -> dict[str, Any]:
