@@ -35,6 +35,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from celery_durable_beat.burst import BurstRounds
 from celery_durable_beat.dispatch import Dispatcher, RoundStats
 from celery_durable_beat.exceptions import (
     LeaseError,
@@ -57,6 +58,9 @@ PRUNE_EVERY_MS = 60_000
 PRUNE_BUDGET = 0.02
 """Most of the lease TTL one round spends pruning (0.6 s of 30 s): a pass never risks the lease."""
 BACKOFF_MAX_S = 30.0
+BURST_BUDGET_S = 1.0
+"""Longest a burst's rounds run back to back before the loop looks up (a SIGTERM waits for
+them); the next call goes on with the burst at once."""
 """Longest wait after failed rounds (a third of the TTL caps it further)."""
 BASIC_BROKER_ERRORS: tuple[type[Exception], ...] = (ConnectionError, OSError, TimeoutError)
 """Failures that escape the publisher (e.g. taking a broker connection): a broker outage. The
@@ -139,6 +143,7 @@ class BeatLoop:
         self._started = 0.0
         self.store = store
         self.dispatcher = dispatcher
+        self.bursts = BurstRounds(dispatcher, store.now_ms)
         self.leadership = leadership
         self.definitions = definitions
         self.history_keep = history_keep
@@ -263,7 +268,7 @@ class BeatLoop:
             return self.delay(due, now_ms)
         if not self.leadership.acquire(fresh_for=0.0):  # renewed before anything is published
             return self.leadership.standby_delay()
-        stats = self.dispatcher.run_round(now_ms, self.leadership.epoch)
+        stats = self.bursts.run(now_ms, self.leadership.epoch, self._burst_goes_on())
         self._observe_round(stats)
         self._touched.update(e.schedule for e in stats.events)
         self.broker_down = stats.broker_unavailable
@@ -274,12 +279,19 @@ class BeatLoop:
         self.failures = 0
         if not self.leadership.still_leader():
             return 0.0  # stopped early for the lease: renew (or learn who leads) right away
-        if stats.claimed >= self.dispatcher.batch_size:
+        if stats.more_due:
             return 0.0  # a burst: the next round now, pruning waits until it is over
         self._redeliver(now_ms)
         self._maybe_prune(now_ms)
         now_ms, due = self.store.clock_and_earliest_due()
         return self.delay(due, now_ms)
+
+    def _burst_goes_on(self) -> Callable[[], bool]:
+        """While a burst may take one more round: the lease still covers it, and the burst
+        has not used up ``BURST_BUDGET_S``."""
+        clock = self.leadership.clock
+        until = clock.monotonic() + BURST_BUDGET_S
+        return lambda: self.leadership.still_leader() and clock.monotonic() < until
 
     def _redeliver(self, now_ms: int) -> None:
         """Let the sweep send lost ticks again, as the leader of this epoch (fenced)."""
@@ -342,6 +354,7 @@ class BeatLoop:
             self.leadership.close()
             if self.redelivery is not None:
                 self.redelivery.close()
+            self.bursts.close()
             self.dispatcher.gate.close()
             self.store.close()
         finally:

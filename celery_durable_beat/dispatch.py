@@ -28,7 +28,7 @@ schedule's previous tick for ``overlap``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from celery_durable_beat import faults
@@ -61,7 +61,7 @@ SENT_LINES_MAX = 100
 
 @dataclass
 class RoundStats:
-    """What one round did; ``claimed == batch`` means more may be due right now."""
+    """What one round (or the rounds of a burst, ``add``) did."""
 
     claimed: int = 0
     conflicts: int = 0
@@ -69,6 +69,18 @@ class RoundStats:
     events: list[AuditEvent] = field(default_factory=list)
     published: set[str] = field(default_factory=set)
     """Task ids whose publish the broker confirmed, recorded or not (``Gate`` rule 7)."""
+
+    more_due: bool = False
+    """The round claimed a full batch: more may be due right now."""
+
+    def add(self, other: RoundStats) -> None:
+        """Count ``other``, a later round of the same burst, in these figures."""
+        self.claimed += other.claimed
+        self.conflicts += other.conflicts
+        self.broker_unavailable = self.broker_unavailable or other.broker_unavailable
+        self.events.extend(other.events)
+        self.published.update(other.published)
+        self.more_due = other.more_due
 
     def outcomes(self) -> dict[str, int]:
         """Events of the round by outcome (for logs and metrics)."""
@@ -88,6 +100,25 @@ class _Work:
     """Own-fault failures in a row learnt from the workers (``gates/unknown_tasks.py``)."""
     failed_runs: bool = False
     """``pause_on_failure``: its last N runs failed, so it is paused instead of fired."""
+
+
+@dataclass
+class OpenRound:
+    """One round from its claim to its settle: what ``Dispatcher.claim`` read and planned, then
+    what ``Dispatcher.publish`` made of it for the store."""
+
+    now_ms: int
+    stats: RoundStats = field(default_factory=RoundStats)
+    work: list[_Work] = field(default_factory=list)
+    broken: list[DueSchedule] = field(default_factory=list)
+    """Claimed schedules that could not be planned: quarantined by the round."""
+    existing: set[str] = field(default_factory=set)
+    """Task ids of the round's ticks that have an ``enqueued`` record already."""
+    advances: list[Advance] = field(default_factory=list)
+
+    def schedule_ids(self) -> frozenset[int]:
+        """The rows this round claimed (the next round of a burst leaves them out)."""
+        return frozenset([item.due.id for item in self.work] + [due.id for due in self.broken])
 
 
 _Fire = Callable[[DueSchedule, TickMessage], tuple[Outcome, Reason | None]]
@@ -144,26 +175,50 @@ class Dispatcher:
         self.redeliver_after_ms = redeliver_after_ms
 
     def run_round(self, now_ms: int, epoch: int) -> RoundStats:
-        stats = RoundStats()
+        """Claim, publish, settle and finish one round (``burst.py`` runs a burst's rounds)."""
+        rnd = OpenRound(now_ms)
         try:
-            with self.store.claim_due(now_ms, self.batch_size) as claim:
-                stats.claimed = len(claim.schedules)
-                if not claim.schedules:
-                    return stats
-                work, broken = _plan_all(claim.schedules, now_ms)
-                _learn(work, self.gate.begin_round([item.due for item in work], now_ms))
-                ids = [t.task_id for w in work for t in w.ticks]
-                existing = claim.enqueued_task_ids(ids) if ids else set()
-            advances = self._publish_all(work, existing, now_ms, stats)
-            advances += [_quarantine_unplannable(due, now_ms, stats) for due in broken]
-            if self.redeliver_after_ms is not None:
-                stats.events = _watched(stats.events, now_ms + self.redeliver_after_ms)
-            applied = self.store.settle(stats.events, advances, epoch)
+            self.claim(rnd)
+            if not rnd.stats.claimed:
+                return rnd.stats
+            self.publish(rnd)
+            applied = self.store.settle(rnd.stats.events, rnd.advances, epoch)
         except BaseException:
-            # What the round displaced stays: nothing new is safe. What it published has no
-            # record, though it may run: the gate keeps it for overlap.
-            self.gate.after_settle((), stats.published)
+            self.abandon(rnd)
             raise
+        return self.finish(rnd, applied)
+
+    def claim(self, rnd: OpenRound, excluding: Collection[int] = ()) -> None:
+        """The round's due rows (but ``excluding``: store rule 12), each planned, and which of
+        their ticks have an ``enqueued`` record already. Nothing is published yet."""
+        with self.store.claim_due(rnd.now_ms, self.batch_size, excluding) as claim:
+            rnd.stats.claimed = len(claim.schedules)
+            rnd.stats.more_due = rnd.stats.claimed >= self.batch_size
+            if not claim.schedules:
+                return
+            rnd.work, rnd.broken = _plan_all(claim.schedules, rnd.now_ms)
+            ids = [t.task_id for w in rnd.work for t in w.ticks]
+            rnd.existing = claim.enqueued_task_ids(ids) if ids else set()
+
+    def publish(self, rnd: OpenRound) -> None:
+        """Ask the gate about the round's schedules, publish their ticks, and make the records
+        and advances the round's ``settle`` writes."""
+        stats, now_ms = rnd.stats, rnd.now_ms
+        _learn(rnd.work, self.gate.begin_round([item.due for item in rnd.work], now_ms))
+        advances = self._publish_all(rnd.work, rnd.existing, now_ms, stats)
+        advances += [_quarantine_unplannable(due, now_ms, stats) for due in rnd.broken]
+        if self.redeliver_after_ms is not None:
+            stats.events = _watched(stats.events, now_ms + self.redeliver_after_ms)
+        rnd.advances = advances
+
+    def abandon(self, rnd: OpenRound) -> None:
+        """The round failed: what it displaced stays, nothing new is safe. What it published
+        has no record, though it may run: the gate keeps it for overlap."""
+        self.gate.after_settle((), rnd.stats.published)
+
+    def finish(self, rnd: OpenRound, applied: Sequence[bool]) -> RoundStats:
+        """After the round's ``settle`` committed: the gate's follow-up work, the log lines."""
+        stats = rnd.stats
         faults.point("after_audit")
         # Let the gate revoke what ``replace`` displaced, for the ticks now recorded ``enqueued``
         # only (their publish confirmed, their record committed); the rest die.
@@ -171,8 +226,8 @@ class Dispatcher:
             {e.task_id for e in stats.events if e.outcome is Outcome.ENQUEUED and e.task_id},
             stats.published,
         )
-        _log_sent(stats.events, {item.due.name: item.due.definition.task for item in work})
-        stats.conflicts = applied.count(False)
+        _log_sent(stats.events, {item.due.name: item.due.definition.task for item in rnd.work})
+        stats.conflicts = list(applied).count(False)
         if stats.conflicts:
             log.info(
                 "%d schedule(s) changed during the round; left as they are now",
@@ -253,7 +308,13 @@ class Dispatcher:
         last_fired: int | None = None
         held = due.buffered_tick_ms
         buffering = due.definition.overlap is OverlapPolicy.BUFFER_ONE
-        for message in item.ticks:
+        for index, message in enumerate(item.ticks):
+            if index and self.still_leader is not None:
+                # Renews a lease that ages while one schedule's many ticks go out (before its
+                # first, ``_publish_all`` asked); what it says is acted on between schedules:
+                # the ticks fired so far are this schedule's outcome, and an early stop would
+                # leave it half advanced.
+                self.still_leader()
             outcome, reason = fire(due, message)
             if buffering and reason is Reason.OVERLAP and held in (None, message.tick_ms):
                 held = message.tick_ms  # waits, durably, for the previous run to end
@@ -322,11 +383,6 @@ class Dispatcher:
         held = self.gate.before_publish(due, message)
         if held is not None:
             return Outcome.SKIPPED, held
-        if self.still_leader is not None:
-            # Renews a lease that ages while one schedule's many ticks go out; what it says is
-            # acted on between schedules (``_publish_all``): the ticks fired so far are this
-            # schedule's outcome, and an early stop would leave it half advanced.
-            self.still_leader()
         reason = session.publish(message)
         if reason is None:
             return Outcome.ENQUEUED, None

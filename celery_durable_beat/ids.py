@@ -22,6 +22,7 @@ import hashlib
 import re
 import uuid
 from datetime import datetime, timezone
+from functools import lru_cache
 
 TASK_ID_MAX = 155
 """The longest task id beat makes (SPEC §4): Celery's database result backend's column."""
@@ -77,8 +78,10 @@ def _task_id(name: str, suffix: str) -> str:
     return f"{_fitted_key(name, suffix)}@{suffix}"
 
 
+@lru_cache(maxsize=512)
 def format_tick_instant(tick_ms: int) -> str:
-    """ISO 8601 UTC with ``Z``; ``.mmm`` only when the tick has milliseconds."""
+    """ISO 8601 UTC with ``Z``; ``.mmm`` only when the tick has milliseconds. Remembered for
+    the last few hundred instants: the ticks of a burst mostly share theirs."""
     seconds, millis = divmod(tick_ms, 1000)
     base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{base}.{millis:03d}Z" if millis else f"{base}Z"

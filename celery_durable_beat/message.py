@@ -76,11 +76,16 @@ def build_message(
     instant ``next_due_ms`` the schedule's next tick is dispatched (no expiry when it has none).
     """
     d = definition
+    args: tuple[Any, ...] = d.args
+    kwargs = {**d.kwargs, **overrides} if overrides else d.kwargs
+    if d.has_placeholders or overrides:  # else the definition's own values, shared
+        args = tuple(render(list(d.args), tick_ms, d.tz))
+        kwargs = render(kwargs, tick_ms, d.tz)
     return TickMessage(
         schedule=name,
         task=d.task,
-        args=tuple(render(list(d.args), tick_ms, d.tz)),
-        kwargs=render({**d.kwargs, **(overrides or {})}, tick_ms, d.tz),
+        args=args,
+        kwargs=kwargs,
         options=_with_expiry(d, next_due_ms),
         task_id=task_id,
         tick_ms=tick_ms,
@@ -88,12 +93,13 @@ def build_message(
     )
 
 
-def _with_expiry(definition: Definition, next_due_ms: int | None) -> dict[str, Any]:
-    options = dict(definition.options)
+def _with_expiry(definition: Definition, next_due_ms: int | None) -> Mapping[str, Any]:
+    """The options with Celery's ``expires``; without one, the definition's own mapping (the
+    Redis templates remember their key by it, ``publish/redis_template.py``)."""
     expires = definition.expires
-    if expires == EXPIRES_NEXT_TICK:
-        if next_due_ms is not None:
-            options["expires"] = datetime.fromtimestamp(next_due_ms / 1000, timezone.utc)
-    elif isinstance(expires, (int, float)):
-        options["expires"] = float(expires)
-    return options
+    if expires == EXPIRES_NEXT_TICK and next_due_ms is not None:
+        at = datetime.fromtimestamp(next_due_ms / 1000, timezone.utc)
+        return {**definition.options, "expires": at}
+    if isinstance(expires, (int, float)):
+        return {**definition.options, "expires": float(expires)}
+    return definition.options

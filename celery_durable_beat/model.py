@@ -11,8 +11,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import cached_property
 from typing import Any
 
+from celery_durable_beat.schedules.render import has_placeholders
 from celery_durable_beat.schedules.spec import (
     AtSpec,
     ExcludedSpec,
@@ -302,6 +304,12 @@ class Definition:
     @property
     def tz(self) -> str:
         return self.spec.tz
+
+    @cached_property
+    def has_placeholders(self) -> bool:
+        """Whether any string in args or kwargs holds a placeholder: asked for every tick, so
+        answered once (``renamed`` copies share the answer, as they share the values)."""
+        return has_placeholders(self.args) or has_placeholders(self.kwargs)
 
     @property
     def timeline(self) -> Timeline:

@@ -193,9 +193,10 @@ class TemplatedRedisSession(CelerySession):
         self._on_task_call: Callable[[Any, str], Any] | None = None
         self._shown: dict[str, tuple[str, str]] = {}
         self._writer = WireWriter()
+        self._keys: dict[int, tuple[Any, str, str | None]] = {}
 
     def publish(self, message: TickMessage) -> Reason | None:
-        key = template_key(message)
+        key = self._key_of(message)
         if key is None or own_apply_async(self.app, message.task) is not None:
             return self._send_task(message)  # (an overridden ``apply_async`` must run)
         if key not in self.templates:
@@ -204,6 +205,20 @@ class TemplatedRedisSession(CelerySession):
         if template is None:
             return self._send_task(message)
         return self._publish_from(template, message)
+
+    def _key_of(self, message: TickMessage) -> str | None:
+        """``template_key``, remembered by the options mapping itself: a tick without an expiry
+        carries its definition's own, shared by every tick of it and of the definitions with
+        the same stored text (the round's definition cache), so the key's JSON is made once.
+        The entry holds the mapping, so its ``id`` cannot be reused while remembered."""
+        options = message.options
+        known = self._keys.get(id(options))
+        if known is not None and known[0] is options and known[1] == message.task:
+            return known[2]
+        key = template_key(message)
+        if len(self._keys) < REPR_CACHE_SIZE:
+            self._keys[id(options)] = (options, message.task, key)
+        return key
 
     def _publish_from(self, template: MessageTemplate, message: TickMessage) -> Reason | None:
         try:

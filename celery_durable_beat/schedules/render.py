@@ -23,6 +23,17 @@ def tick_isoformat(tick_ms: int, tz: str) -> str:
     return local.isoformat(timespec="milliseconds" if tick_ms % 1000 else "seconds")
 
 
+def has_placeholders(value: Any) -> bool:
+    """Whether ``render`` would change anything in ``value``."""
+    if isinstance(value, str):
+        return any(marker in value for marker in _MARKERS)
+    if isinstance(value, Mapping):
+        return any(has_placeholders(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(has_placeholders(item) for item in value)
+    return False
+
+
 def render(value: Any, tick_ms: int, tz: str) -> Any:
     """A copy of ``value`` with the placeholders of every nested string filled in.
 

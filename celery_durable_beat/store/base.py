@@ -18,7 +18,7 @@ backend to every numbered rule.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
@@ -137,6 +137,11 @@ class RoundStore(Protocol):
         recheck (``recheck_ms`` None: never watched again) in one transaction, fenced as rule 4
         says: an older epoch raises ``StaleEpoch`` and writes nothing. A record pruned meanwhile
         is simply gone (its recheck changes nothing).
+    12. **A burst's settle beside its next claim.** Where ``settles_beside_claims`` is True, a
+        round's ``settle`` may run on a thread of its own while the same store serves the next
+        round's ``claim_due(..., excluding=...)``, which leaves out the rows being settled
+        (they are still due until that settle commits). The two touch disjoint rows; each keeps
+        rules 3-5 on its own.
     """
 
     def now_ms(self) -> int:
@@ -148,8 +153,14 @@ class RoundStore(Protocol):
     def clock_and_earliest_due(self) -> tuple[int, int | None]:
         """``now_ms()`` and ``earliest_due_ms()`` together, in one round trip: the idle round."""
 
-    def claim_due(self, now_ms: int, limit: int) -> AbstractContextManager[Claim]:
-        """The due rows of one round (rule 2)."""
+    @property
+    def settles_beside_claims(self) -> bool:
+        """Rule 12: whether ``settle`` may run on another thread while this store claims."""
+
+    def claim_due(
+        self, now_ms: int, limit: int, excluding: Collection[int] = ()
+    ) -> AbstractContextManager[Claim]:
+        """The due rows of one round (rule 2), but the rows whose id is in ``excluding``."""
 
     def settle(
         self, events: Sequence[AuditEvent], advances: Sequence[Advance], epoch: int

@@ -29,7 +29,7 @@ The store also carries the fence row the store lease uses (``lease_acquire_or_re
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -95,6 +95,9 @@ def _no_run_state(task_id: str) -> str | None:
 class MemoryStore:
     """Schedules, audit history and the fence in a dict, behind one lock."""
 
+    settles_beside_claims = True
+    """Rule 12: every call takes the one lock, so a settle on another thread is safe."""
+
     def __init__(self, clock: Callable[[], int] | None = None, *, url: str = "memory://") -> None:
         self.url = url
         self._clock = clock or SystemClock().now_ms
@@ -130,14 +133,19 @@ class MemoryStore:
         return self.now_ms(), self.earliest_due_ms()
 
     @contextmanager
-    def claim_due(self, now_ms: int, limit: int) -> Iterator[MemoryClaim]:
+    def claim_due(
+        self, now_ms: int, limit: int, excluding: Collection[int] = ()
+    ) -> Iterator[MemoryClaim]:
         check_at_least("claim_due limit", limit, 1)
+        skipped = frozenset(excluding)
         with self._lock:
             rows = sorted(
                 (
                     row
                     for row in self._rows.values()
-                    if row.next_due_ms is not None and row.next_due_ms <= now_ms
+                    if row.next_due_ms is not None
+                    and row.next_due_ms <= now_ms
+                    and row.id not in skipped
                 ),
                 key=lambda row: (row.next_due_ms, row.id),
             )[:limit]

@@ -222,3 +222,45 @@ def test_publish_signals_are_sent_once_per_tick_as_stock_beat_sends_them(
     assert [(kind, sender) for kind, sender, _ in ours] == [(k, s) for k, s, _ in stock]
     (task_id,) = {task_id for _, _, task_id in ours}  # both signals of the one tick
     assert task_id.startswith("report@") and is_tick_id(task_id)
+
+
+class MutatingTask(Task):  # type: ignore[misc]
+    """An ``apply_async`` that changes the values it is given, in place, as a careless base
+    class may: the tick's values may be the definition's own (``message.build_message``)."""
+
+    seen: ClassVar[list[Any]] = []
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        MutatingTask.seen.append((list(args), {k: list(v) for k, v in kwargs.items()}))
+        args.append("added")
+        kwargs["regions"].append("added")
+        return super().apply_async(args, kwargs, **options)
+
+
+def test_an_apply_async_that_changes_its_arguments_never_changes_the_next_tick(
+    redis_url: str,
+) -> None:
+    name = f"mutating-{uuid.uuid4().hex[:8]}"
+    app = Celery("mutating", broker=redis_url, set_as_current=False)
+    app.conf.task_default_queue = name
+
+    @app.task(name=f"{name}.report", base=MutatingTask)
+    def report(*args: Any, **kwargs: Any) -> None: ...
+
+    MutatingTask.seen = []
+    store = MemoryStore(lambda: T0 + 120_000)
+    store.register_epoch(1)
+    entry = {"task": f"{name}.report", "schedule": 60, "args": ["a"], "kwargs": {"regions": ["r"]}}
+    sync_definitions(store, validate_entries({"Report": entry}), T0)
+    publisher = make_publisher(app, Settings.from_conf(app.conf, environ={}))
+    try:
+        for now in (T0 + 60_000, T0 + 120_000):
+            stats = Dispatcher(store, publisher).run_round(now, 1)
+            assert [e.outcome.value for e in stats.events] == ["enqueued"]
+    finally:
+        app.close()
+        client = redis.Redis.from_url(redis_url)
+        client.delete(name)
+        client.close()
+    assert MutatingTask.seen == [(["a"], {"regions": ["r"]})] * 2
+    assert store.get("Report").definition.kwargs == {"regions": ["r"]}

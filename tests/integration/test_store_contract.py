@@ -143,6 +143,23 @@ def test_claim_due_honours_the_limit(store: Store) -> None:
         pass
 
 
+def test_claim_due_leaves_out_the_rows_it_is_told_to(store: Store) -> None:
+    """Rule 12: a burst's next claim skips the rows being settled beside it, and still fills
+    its limit from the rows after them."""
+    for index in range(6):
+        add(store, f"s{index}", 1_000 + index)
+    with store.claim_due(10_000, limit=10) as claim:
+        ids = {due.name: due.id for due in claim.schedules}
+    settling = [ids["s0"], ids["s1"], ids["s3"]]
+    with store.claim_due(10_000, limit=2, excluding=settling) as claim:
+        assert [due.name for due in claim.schedules] == ["s2", "s4"]
+    with store.claim_due(10_000, limit=10, excluding=settling) as claim:
+        assert [due.name for due in claim.schedules] == ["s2", "s4", "s5"]
+    with store.claim_due(10_000, limit=10, excluding=list(ids.values())) as claim:
+        assert list(claim.schedules) == []
+    assert isinstance(store.settles_beside_claims, bool)
+
+
 def test_inactive_rows_never_become_due(store: Store) -> None:
     for name, state in [
         ("paused", ScheduleState.PAUSED),

@@ -257,7 +257,8 @@ def test_the_lease_check_runs_before_every_publish_and_stops_only_between_schedu
     store: FaultyMemoryStore,
 ) -> None:
     """``still_leader`` renews an aging lease as one schedule's backlog goes out (Leadership.
-    keep_leading); a False stops the round at the next schedule, never halfway through one."""
+    keep_leading): before each schedule, then before each of its ticks after the first; a
+    False stops the round at the next schedule, never halfway through one."""
     sync_definitions(
         store,
         _defs(
@@ -277,7 +278,7 @@ def test_the_lease_check_runs_before_every_publish_and_stops_only_between_schedu
     assert [m.task_id for m in pub.messages] == [
         tick_task_id("a", T0 + s * 1000) for s in range(1, 6)
     ]  # schedule a's five ticks all went, though the lease was lost after its second
-    assert calls == [0, 0, 1, 2, 3, 4, 5]  # before a, before each publish, then before b: stop
+    assert calls == [0, 1, 2, 3, 4, 5]  # before a, before each later publish, before b: stop
     assert stats.claimed == 2
     assert store.history("b", 10) == []  # b stays due for whoever leads next
 
@@ -325,3 +326,26 @@ def test_a_burst_of_over_100_ticks_is_one_line(
     sync_definitions(store, _defs(**dict(list(entries.items())[:100])), T0)
     _round(store, CapturingPublisher(), T0 + 120_000)
     assert len(_sent_lines(caplog)) == 100  # at most 100: a line each
+
+
+def test_a_tick_without_placeholders_carries_its_definition_s_own_values() -> None:
+    """Rendering is skipped where nothing would change (asked once per definition): the
+    message shares the definition's args, kwargs and (without an expiry) options; with
+    placeholders or a manual run's overrides, it gets rendered copies and the definition
+    stays as it was."""
+    from celery_durable_beat.message import build_message
+
+    [plain, marked] = _defs(
+        plain={"task": "t", "schedule": "@every 5s", "args": [1], "kwargs": {"k": ["v"]}},
+        marked={"task": "t", "schedule": "@every 5s", "kwargs": {"at": "{{scheduled_for_ms}}"}},
+    )
+    assert not plain.has_placeholders and marked.has_placeholders
+    message = build_message("plain", plain, T0, "id")
+    assert message.args is plain.args and message.kwargs is plain.kwargs
+    assert message.options is plain.options
+    overridden = build_message("plain", plain, T0, "id", overrides={"at": "{{scheduled_for_ms}}"})
+    assert overridden.kwargs == {"k": ["v"], "at": str(T0)} and plain.kwargs == {"k": ["v"]}
+    rendered = build_message("marked", marked, T0, "id")
+    assert rendered.kwargs == {"at": str(T0)}
+    assert marked.kwargs == {"at": "{{scheduled_for_ms}}"}
+    assert plain.renamed("other").has_placeholders is False

@@ -9,13 +9,14 @@ and ``tests/reliability``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from celery_durable_beat.beat_loop import BACKOFF_MAX_S, PRUNE_BUDGET, PRUNE_EVERY_MS, BeatLoop
-from celery_durable_beat.dispatch import RoundStats
+from celery_durable_beat.dispatch import OpenRound, RoundStats
 from celery_durable_beat.exceptions import (
     LeaseError,
     SchemaOutdated,
@@ -130,28 +131,44 @@ class FakeStore:
 
 
 class FakeDispatcher:
-    """Runs "rounds" that record one event per call, or fail as the test says."""
+    """Runs "rounds" that record one event per call, or fail as the test says, through the
+    phases a burst calls (``burst.BurstRounds``); each settles on ``settle``'s epoch."""
 
     batch_size = 500
     gate = None
+    settles_beside_claims = False
 
     def __init__(self, store: FakeStore) -> None:
-        self.store = store
+        self.store = self  # the burst settles through ``dispatcher.store.settle``
+        self.due_store = store
         self.error: Exception | None = None
         self.broker_down = False
         self.epochs: list[int] = []
         self.names = ["s"]  # the schedules each round records an event for
 
-    def run_round(self, now_ms: int, epoch: int) -> RoundStats:
+    def claim(self, rnd: OpenRound, excluding: Collection[int] = ()) -> None:
         if self.error is not None:
             raise self.error
-        self.epochs.append(epoch)
-        events = [
-            AuditEvent(name, now_ms, f"{name}@x", Trigger.AUTO, Outcome.ENQUEUED, version=1)
+        rnd.stats.claimed = 1
+        rnd.stats.more_due = rnd.stats.claimed >= self.batch_size
+
+    def publish(self, rnd: OpenRound) -> None:
+        rnd.stats.events = [
+            AuditEvent(name, rnd.now_ms, f"{name}@x", Trigger.AUTO, Outcome.ENQUEUED, version=1)
             for name in self.names
         ]
-        self.store.due_ms = now_ms + 10_000  # the schedule advanced
-        return RoundStats(claimed=1, broker_unavailable=self.broker_down, events=events)
+        rnd.stats.broker_unavailable = self.broker_down
+
+    def settle(self, events: Any, advances: Any, epoch: int) -> list[bool]:
+        self.epochs.append(epoch)
+        self.due_store.due_ms = self.due_store.now_ms_value + 10_000  # the schedule advanced
+        return []
+
+    def abandon(self, rnd: OpenRound) -> None:
+        return None
+
+    def finish(self, rnd: OpenRound, applied: Any) -> RoundStats:
+        return rnd.stats
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -37,6 +37,7 @@ from sqlalchemy import (
     Integer,
     String,
     Text,
+    all_,
     bindparam,
     cast,
     column,
@@ -115,11 +116,16 @@ class DefinitionCache:
 
 
 def due(
-    conn: Connection, now_ms: int, limit: int, definitions: DefinitionCache | None = None
+    conn: Connection,
+    now_ms: int,
+    limit: int,
+    definitions: DefinitionCache | None = None,
+    excluding: Collection[int] = (),
 ) -> list[DueSchedule]:
-    """The due rows, earliest first; not locked (store rule 2: fencing and compare-and-set
-    settle what two beats reading the same rows may do). Definitions are read as their stored
-    text and parsed through ``definitions`` (a fresh cache when None)."""
+    """The due rows, earliest first, but those in ``excluding`` (a burst's rows being settled,
+    store rule 12); not locked (store rule 2: fencing and compare-and-set settle what two beats
+    reading the same rows may do). Definitions are read as their stored text and parsed
+    through ``definitions`` (a fresh cache when None)."""
     parse = (definitions or DefinitionCache()).parse
     query = (
         select(
@@ -135,26 +141,33 @@ def due(
         )
         .where(schedules.c.next_due_ms <= now_ms)
         .order_by(schedules.c.next_due_ms)
-        .limit(limit)
     )
+    skipped = frozenset(excluding)
+    if skipped and conn.dialect.name == "postgresql":
+        # One array parameter: the index scan steps over the rows in flight on the server.
+        query = query.where(schedules.c.id != all_(bindparam("skip", type_=ARRAY(BigInteger()))))
+        rows = conn.execute(query.limit(limit), {"skip": sorted(skipped)}).all()
+    else:  # SQLite's variable limit: read as many more rows and leave them out here
+        rows = conn.execute(query.limit(limit + len(skipped))).all()
+        rows = [row for row in rows if row[0] not in skipped][:limit]
     found: list[DueSchedule] = []
-    for row in conn.execute(query).all():
+    for row_id, name, text, version, next_tick, last_tick, failures, held, streak in rows:
         try:
-            definition = parse(row.name, row.definition)
+            definition = parse(name, text)
         except (KeyError, TypeError, ValueError) as exc:
-            _quarantine_unreadable(conn, row.id, row.name, exc)
+            _quarantine_unreadable(conn, row_id, name, exc)
             continue
         found.append(
             DueSchedule(
-                id=row.id,
-                name=row.name,
+                id=row_id,
+                name=name,
                 definition=definition,
-                version=row.version,
-                next_tick_ms=row.next_tick_ms,
-                last_tick_ms=row.last_tick_ms,
-                failures=row.failures,
-                buffered_tick_ms=row.buffered_tick_ms,
-                streak_from_ms=row.streak_from_ms,
+                version=version,
+                next_tick_ms=next_tick,
+                last_tick_ms=last_tick,
+                failures=failures,
+                buffered_tick_ms=held,
+                streak_from_ms=streak,
             )
         )
     return found

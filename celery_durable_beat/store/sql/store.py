@@ -11,7 +11,7 @@ is this host's clock, which is also the only clock every process sharing the fil
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
@@ -88,14 +88,22 @@ class SqlStore(LazyEngine):
         row = self._single_read(lambda conn: conn.execute(select(PG_NOW, earliest)).one())
         return int(row[0]), None if row[1] is None else int(row[1])
 
+    @property
+    def settles_beside_claims(self) -> bool:
+        """Rule 12 on PostgreSQL (pooled connections, row-level writes); SQLite's one writer
+        would only make the claim wait for the settle."""
+        return self._postgres
+
     @contextmanager
-    def claim_due(self, now_ms: int, limit: int) -> Iterator[SqlClaim]:
+    def claim_due(
+        self, now_ms: int, limit: int, excluding: Collection[int] = ()
+    ) -> Iterator[SqlClaim]:
         """The due rows, read in one short transaction that has committed before the block
         runs: nothing is locked while the round publishes (rule 2; SPEC §3)."""
         check_at_least("claim_due limit", limit, 1)
         # A write transaction: an unreadable definition is quarantined on the way (round.due).
         with self._tx() as conn:
-            due = sql_round.due(conn, now_ms, limit, self._definitions)
+            due = sql_round.due(conn, now_ms, limit, self._definitions, excluding)
         yield SqlClaim(self, due)
 
     def settle(
