@@ -194,10 +194,11 @@ class TemplatedRedisSession(CelerySession):
         self._shown: dict[str, tuple[str, str]] = {}
         self._writer = WireWriter()
         self._keys: dict[int, tuple[Any, str, str | None]] = {}
+        self._overrides: dict[str, bool] = {}
 
     def publish(self, message: TickMessage) -> Reason | None:
         key = self._key_of(message)
-        if key is None or own_apply_async(self.app, message.task) is not None:
+        if key is None or self._overridden(message.task):
             return self._send_task(message)  # (an overridden ``apply_async`` must run)
         if key not in self.templates:
             return self._capture(message, key)
@@ -205,6 +206,14 @@ class TemplatedRedisSession(CelerySession):
         if template is None:
             return self._send_task(message)
         return self._publish_from(template, message)
+
+    def _overridden(self, task: str) -> bool:
+        """Whether the task's class overrides ``apply_async`` (``own_apply_async``), asked once
+        a session per task name (``app.tasks`` is a lookup through the app's finalizer)."""
+        known = self._overrides.get(task)
+        if known is None:
+            known = self._overrides[task] = own_apply_async(self.app, task) is not None
+        return known
 
     def _key_of(self, message: TickMessage) -> str | None:
         """``template_key``, remembered by the options mapping itself: a tick without an expiry

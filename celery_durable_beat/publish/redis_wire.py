@@ -24,8 +24,8 @@ import base64
 import json
 from collections.abc import Sequence
 from json.encoder import encode_basestring_ascii
+from os import urandom
 from typing import Any
-from uuid import uuid4
 
 from kombu.serialization import dumps as serialize
 from kombu.utils.json import dumps as _kombu_dumps
@@ -208,8 +208,15 @@ def _json(value: Any) -> str:
 
 
 def new_delivery_tag() -> str:
-    """As kombu's virtual channel makes one (``kombu.utils.uuid``)."""
-    return str(uuid4())
+    """A random RFC 4122 version-4 UUID, as kombu's virtual channel makes one
+    (``kombu.utils.uuid``: ``str(uuid4())``), in a third of the time: formatted straight from
+    the 16 random bytes, with the version and variant bits set as ``uuid4`` sets them."""
+    h = urandom(16).hex()
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+
+
+_VARIANT = "89ab"
+"""The first hex digit of the fourth group of an RFC 4122 UUID: binary 10xx."""
 
 
 def _split(

@@ -11,7 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Text, and_, case, cast, delete, func, select, update
+from sqlalchemy import (
+    ARRAY,
+    String,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    case,
+    cast,
+    delete,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.engine import Connection, Row
 
 from celery_durable_beat.exceptions import ScheduleNotFound
@@ -312,15 +325,24 @@ def prune_history(conn: Connection, names: Sequence[str], keep: int) -> int:
     """
     check_at_least("keep", keep, 0)
     removed = 0
+    postgres = conn.dialect.name == "postgresql"
     for chunk in iter_chunks(sorted({name_key(name) for name in names}), PRUNE_CHUNK):
-        result = conn.execute(delete(audit).where(audit.c.id.in_(_prunable(list(chunk), keep))))
+        surplus = _prunable(list(chunk), keep, postgres)
+        result = conn.execute(delete(audit).where(audit.c.id.in_(surplus)))
         removed += result.rowcount
     return removed
 
 
-def _prunable(keys: list[str], keep: int) -> Any:
-    """The ids of the chunk's surplus records, in one SELECT (see ``prune_history``)."""
+def _prunable(keys: list[str], keep: int, postgres: bool) -> Any:
+    """The ids of the chunk's surplus records, in one SELECT (see ``prune_history``). The keys
+    go to PostgreSQL as one array (hundreds of parameters cost psycopg more to place in the
+    statement than the statement costs the server), to SQLite as an IN list within its limit."""
     own = audit.c.schedule_key
+    chosen = (
+        own == any_(bindparam("prune_keys", keys, type_=ARRAY(String())))
+        if postgres
+        else own.in_(keys)
+    )
     auto_enqueued = and_(ENQUEUED, audit.c.trigger == Trigger.AUTO.value)
     ranked = (
         select(
@@ -332,7 +354,7 @@ def _prunable(keys: list[str], keep: int) -> Any:
             .over(partition_by=own)
             .label("newest_enqueued"),
         )
-        .where(own.in_(keys))
+        .where(chosen)
         .subquery("ranked")
     )
     next_tick = func.coalesce(schedules.c.next_tick_ms, NO_TICK)
