@@ -4,6 +4,7 @@ a settle, of a claim beside it and of the broker each leaving what a single roun
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Collection, Sequence
 from contextlib import AbstractContextManager
@@ -223,3 +224,31 @@ def test_a_failing_first_claim_raises_with_nothing_published(store: WatchedStore
     with pytest.raises(InjectedFault):
         bursts.run(T0 + 60_000, EPOCH, lambda: True)
     assert publisher.messages == [] and gate.calls == [("after", (frozenset(), frozenset()))]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_garbage_collector_is_paused_during_a_burst_and_left_as_it_was(
+    store: WatchedStore, enabled: bool
+) -> None:
+    bursts, _, _ = _burst(store, 2 * BATCH + 1)
+    seen: list[bool] = []
+    real_claim = store.claim_due
+
+    def noting_claim(*args: Any, **kwargs: Any) -> AbstractContextManager[Claim]:
+        seen.append(gc.isenabled())
+        return real_claim(*args, **kwargs)
+
+    store.claim_due = noting_claim  # type: ignore[method-assign]
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        bursts.run(T0 + 60_000, EPOCH, lambda: True)
+        assert gc.isenabled() is enabled
+        store.claim_fails_at = len(store.excluded) + 1
+        with pytest.raises(InjectedFault):
+            bursts.run(T0 + 60_000, EPOCH, lambda: True)
+        assert gc.isenabled() is enabled  # after a failure too
+    finally:
+        (gc.enable if was else gc.disable)()
+        bursts.close()
+    assert seen and not any(seen)
