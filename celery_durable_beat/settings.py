@@ -1,21 +1,30 @@
 """Typed settings, read once from ``app.conf`` (SPEC §2).
 
-Read through pydantic so a wrong type fails at start with the setting's name, not later in a
-round. ``DURABLE_BEAT_URL`` in the environment wins over ``durable_beat_url``.
+A wrong value fails at start with the setting's name, not later in a round.
+``DURABLE_BEAT_URL`` in the environment wins over ``durable_beat_url``.
+
+Two readers, one meaning. Every value already of its field's plain type and within its bounds
+(nearly every config) is taken here as it is; anything else (a string for a number, a value out
+of range, an unknown key, a token spec to check) goes through the pydantic model built from
+these fields in ``settings_model``, which converts it as pydantic does or refuses it in
+pydantic's words. Why: a beat process needs no pydantic, and importing it and building the
+model was about 10 MB of beat's RSS and a tenth of its start-up (issue 29). The fields' bounds
+and checks are written once, in their metadata, and read by both; a test holds the two readers
+equal on every field.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.model import MissedPolicy
-from celery_durable_beat.redact import DEFAULT_KEYS, redact
+from celery_durable_beat.redact import DEFAULT_KEYS
 from celery_durable_beat.redis_client import SETTING_OPTIONS, SETTING_URL, TRANSPORT_KEYS
 from celery_durable_beat.redis_client import problem as lease_problem
 from celery_durable_beat.urls import redact_url
@@ -26,6 +35,8 @@ TOKENS_ENV = "DURABLE_BEAT_API_TOKENS"
 PREFIX = "durable_beat_"
 DEFAULT_REDACT = DEFAULT_KEYS
 """SPEC §2's default for ``durable_beat_redact`` (defined once, in the pure ``redact`` module)."""
+ACTOR_NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+"""A token's name: printable, for it is written in the action log (1 to 64 characters)."""
 
 
 class Role(str, Enum):
@@ -43,18 +54,65 @@ class Role(str, Enum):
 _URL_FIELDS = ("url", "lease_url")
 
 
-class TokenSpec(BaseModel):
+@dataclass(frozen=True)
+class TokenSpec:
     """A token's role and the name its actions are recorded under (SPEC §15):
     ``{"role": "operator", "name": "alice"}``. A bare role string is named
     ``<role>-<first 6 hex of the token's SHA-256>`` instead (``web/auth.py``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
     role: Role
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[^\x00-\x1f\x7f]+$")
+    name: str
 
 
-class Settings(BaseModel):
+def positive_seconds(value: Any) -> Any:
+    """``redeliver_after``, before its type: a zero, negative or non-numeric delay would
+    redeliver at once or never, so it is refused with what to write instead."""
+    if value is None:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(
+            "must be a number of seconds greater than 0 (e.g. 60); leave it unset to turn "
+            "redelivery off"
+        )
+    return float(value)
+
+
+def redelivery_count(value: Any) -> Any:
+    """``redeliver_max``, before its type."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            "must be a whole number of redeliveries, 0 or more (default 3; 0 never sends a "
+            "tick again)"
+        )
+    return value
+
+
+def known_transport_keys(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``lease_transport_options``, after its type: a misspelt key would leave a sentinel lease
+    without its master name or password and fail later, far from the cause: refused here,
+    naming the keys read."""
+    unknown = sorted(set(value or {}) - set(TRANSPORT_KEYS))
+    if unknown:
+        raise ValueError(f"unknown keys {unknown}; the lease reads {', '.join(TRANSPORT_KEYS)}")
+    return value
+
+
+def _meta(
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    before: Callable[[Any], Any] | None = None,
+    after: Callable[[Any], Any] | None = None,
+) -> dict[str, Any]:
+    """A field's bounds (pydantic's ``Field`` keywords) and its checks before / after its type."""
+    bounds = {k: v for k, v in (("gt", gt), ("ge", ge), ("le", le)) if v is not None}
+    checks = {k: v for k, v in (("before", before), ("after", after)) if v is not None}
+    return {"bounds": bounds, **checks}
+
+
+@dataclass(frozen=True)
+class Settings:
     """Every ``durable_beat_*`` setting with its default.
 
     ``metrics_port`` turns beat's Prometheus ``/metrics`` on (``wiring.make_observer``; the
@@ -63,89 +121,84 @@ class Settings(BaseModel):
     and the console) and to the ``argsrepr`` / ``kwargsrepr`` of every tick message (scheduled,
     catch-up and manual), so Flower, task events and worker logs do not show those values
     either; the message body keeps the real ones for the task.
+
+    Built with keywords (``Settings(run_ttl=3)``) or ``from_conf``; either way every value is
+    checked and converted (``ConfigError`` naming the setting), as the module docstring says.
     """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
-        """``repr`` shows the URLs with their passwords hidden: a Settings printed in a log, a
-        traceback or a debugger must not carry the store's or the lease's credentials."""
-        for name, value in super().__repr_args__():
-            hide = name in _URL_FIELDS and isinstance(value, str)
-            yield name, redact_url(value) if hide else value
 
     url: str = DEFAULT_URL
     lease_url: str | None = None
     """``redis://``, ``rediss://`` (TLS), ``unix://`` or ``sentinel://…;sentinel://…``, as
     Celery's Redis settings take them (``redis_client``); unset: the lease row in the store."""
-    lease_transport_options: dict[str, Any] | None = Field(None, repr=False)
+    lease_transport_options: dict[str, Any] | None = field(
+        default=None, repr=False, metadata=_meta(after=known_transport_keys)
+    )
     """For a sentinel lease URL: ``master_name`` (required), ``sentinel_kwargs`` (the sentinels'
     own connection options, e.g. their password), ``min_other_sentinels`` — Celery's
     ``broker_transport_options`` keys of the same meaning."""
-    lease_ttl: float = Field(30.0, gt=0)
-    poll_interval: float = Field(1.0, gt=0)
-    batch_size: int = Field(500, ge=1, le=100_000)
+    lease_ttl: float = field(default=30.0, metadata=_meta(gt=0))
+    poll_interval: float = field(default=1.0, metadata=_meta(gt=0))
+    batch_size: int = field(default=500, metadata=_meta(ge=1, le=100_000))
     default_missed: MissedPolicy = MissedPolicy.SKIP
-    history_keep: int = Field(100, ge=1)
+    history_keep: int = field(default=100, metadata=_meta(ge=1))
     sync_config: bool = True
-    metrics_port: int | None = Field(None, ge=0, le=65535)
+    metrics_port: int | None = field(default=None, metadata=_meta(ge=0, le=65535))
     """Beat serves Prometheus ``/metrics`` here (every interface), leader and standbys alike
     (SPEC §10); unset: no metrics and prometheus-client is never imported. Needs the ``metrics``
     extra: with the port set and the client missing, beat refuses to start."""
     flower_url: str | None = None
     """Flower's base URL: the console links each task id to ``{flower_url}/task/{id}``."""
-    api_tokens: dict[str, Role | TokenSpec] | None = Field(None, repr=False)
+    api_tokens: dict[str, Role | TokenSpec] | None = field(default=None, repr=False)
     """Token → role, or → ``{"role", "name"}``, for ``serve`` (SPEC §9, §15: the name is the
     actor its actions are recorded under); ``DURABLE_BEAT_API_TOKENS`` (``role:token,…``)
     overrides. Never shown: not in repr, and a bad value is reported without it."""
     redact: tuple[str, ...] = DEFAULT_REDACT
     """Key substrings (case-insensitive, any depth) whose values read surfaces and the tick
     messages' ``argsrepr`` / ``kwargsrepr`` show as ``***``."""
-    quarantine_after: int = Field(5, ge=1)
-    dedup_ttl: float = Field(86_400.0, gt=0)
-    run_ttl: float = Field(60.0, ge=1)
-    queued_ttl: float = Field(3_600.0, gt=0)
-    worker_ttl: float = Field(60.0, gt=0)
+    quarantine_after: int = field(default=5, metadata=_meta(ge=1))
+    dedup_ttl: float = field(default=86_400.0, metadata=_meta(gt=0))
+    run_ttl: float = field(default=60.0, metadata=_meta(ge=1))
+    queued_ttl: float = field(default=3_600.0, metadata=_meta(gt=0))
+    worker_ttl: float = field(default=60.0, metadata=_meta(gt=0))
     """Seconds after which a worker with ``install(app)`` that has not announced itself counts
     as gone (``require_worker``, ``status``); workers announce every third of it."""
-    redeliver_after: float | None = None
+    redeliver_after: float | None = field(default=None, metadata=_meta(before=positive_seconds))
     """Seconds an ``enqueued`` tick may stay unclaimed before the leader looks for evidence that
     the broker lost it and, if so, publishes it again with its task id (SPEC §6,
     ``redelivery.py``); unset: off. Needs ``install(app)`` on the workers (the guard makes a
     second copy harmless)."""
-    redeliver_max: int = 3
+    redeliver_max: int = field(default=3, metadata=_meta(before=redelivery_count))
     """Most redeliveries of one tick after its first publish."""
 
-    @field_validator("redeliver_after", mode="before")
-    @classmethod
-    def _positive_seconds(cls, value: Any) -> Any:
-        """A zero, negative or non-numeric delay would redeliver at once or never: refused with
-        what to write instead."""
-        if value is None:
-            return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ValueError(
-                "must be a number of seconds greater than 0 (e.g. 60); leave it unset to turn "
-                "redelivery off"
-            )
-        return float(value)
+    def __post_init__(self) -> None:
+        given = {name: getattr(self, name) for name in SETTING_NAMES}
+        taken = _take_plain(given)
+        if taken is None:  # not plain as given: pydantic converts it or words the refusal
+            from celery_durable_beat.settings_model import validated
 
-    @field_validator("redeliver_max", mode="before")
-    @classmethod
-    def _count(cls, value: Any) -> Any:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(
-                "must be a whole number of redeliveries, 0 or more (default 3; 0 never sends a "
-                "tick again)"
-            )
-        return value
+            taken = validated(given)
+        for name, value in taken.items():
+            if value is not given[name]:
+                object.__setattr__(self, name, value)
+
+    def __repr__(self) -> str:
+        """The URLs with their passwords hidden: a Settings printed in a log, a traceback or a
+        debugger must not carry the store's or the lease's credentials (nor the tokens, the
+        transport options: left out)."""
+        shown = []
+        for spec in fields(self):
+            if spec.repr:
+                value = getattr(self, spec.name)
+                hide = spec.name in _URL_FIELDS and isinstance(value, str)
+                shown.append(f"{spec.name}={redact_url(value) if hide else value!r}")
+        return f"Settings({', '.join(shown)})"
 
     @classmethod
-    def from_conf(cls, conf: Any, environ: dict[str, str] | None = None) -> Settings:
+    def from_conf(cls, conf: Any, environ: Mapping[str, str] | None = None) -> Settings:
         """Read from a Celery ``app.conf`` (or any mapping with ``get``)."""
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
-        for name in cls.model_fields:
+        for name in SETTING_NAMES:
             value = conf.get(PREFIX + name)
             if value is not None:
                 values[name] = value
@@ -153,22 +206,9 @@ class Settings(BaseModel):
             values["url"] = env[URL_ENV]
         if env.get(TOKENS_ENV):
             values["api_tokens"] = _tokens_from_env(env[TOKENS_ENV])
-        try:
-            settings = cls(**values)
-        except ValidationError as exc:
-            raise ConfigError([_problem(err) for err in exc.errors()]) from None
+        settings = cls(**values)
         settings.check_lease()
         return settings
-
-    @field_validator("lease_transport_options")
-    @classmethod
-    def _known_transport_keys(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        """A misspelt key would leave a sentinel lease without its master name or password
-        and fail later, far from the cause: refused here, naming the keys read."""
-        unknown = sorted(set(value or {}) - set(TRANSPORT_KEYS))
-        if unknown:
-            raise ValueError(f"unknown keys {unknown}; the lease reads {', '.join(TRANSPORT_KEYS)}")
-        return value
 
     def check_lease(self) -> None:
         """Refuse (``ConfigError``) a lease URL no Redis client can be built from, or a sentinel
@@ -178,17 +218,21 @@ class Settings(BaseModel):
         found = lease_problem(self.lease_url, self.lease_transport_options)
         if found is None:
             return
-        field = SETTING_OPTIONS if "master_name" in found else SETTING_URL
+        field_name = SETTING_OPTIONS if "master_name" in found else SETTING_URL
         shown = redact_url(self.lease_url)
         raise ConfigError(
             [
                 SettingProblem(
                     entry="settings",
-                    field=field,
+                    field=field_name,
                     problem=f"{SETTING_URL} = {shown}: {found}",
                 )
             ]
         )
+
+
+SETTING_NAMES: tuple[str, ...] = tuple(spec.name for spec in fields(Settings))
+"""Every setting's name without its ``durable_beat_`` prefix, in declaration order."""
 
 
 def _tokens_from_env(text: str) -> dict[str, str] | str:
@@ -203,26 +247,131 @@ def _tokens_from_env(text: str) -> dict[str, str] | str:
     return tokens
 
 
-def _problem(error: Any) -> SettingProblem:
-    """One line naming the setting, its value (a URL without its password) and what is wrong."""
-    name = str(error["loc"][0]) if error["loc"] else ""
-    setting = PREFIX + name if name else "durable_beat settings"
-    value = error.get("input")
-    if name == "api_tokens":
-        message = (
-            "must map each token to viewer, operator or admin, or to "
-            '{"role": "operator", "name": "alice"} (a name of 1 to 64 printable characters) '
-            f"({TOKENS_ENV} reads role:token,role:token)"
-        )
-        return SettingProblem(
-            entry="settings",
-            field=setting,
-            problem=f"{setting} (tokens not shown): {message}",  # a token never reaches a log
-        )
-    if name.endswith("url") and isinstance(value, str):
-        shown = redact_url(value)
-    else:  # transport options may hold a sentinel password
-        shown = repr(redact(value, DEFAULT_KEYS))
-    return SettingProblem(
-        entry="settings", field=setting, problem=f"{setting} = {shown}: {error['msg']}"
+# --- the plain reading: values already of their type, as pydantic would return them -----------
+
+
+class _NotPlain(Exception):
+    """A value the plain reading does not take as it is: the pydantic model decides."""
+
+
+def _text(value: Any) -> str:
+    if type(value) is str:
+        return value
+    raise _NotPlain
+
+
+def _number(value: Any) -> float:
+    if type(value) is float or type(value) is int:
+        return float(value)
+    raise _NotPlain
+
+
+def _whole(value: Any) -> int:
+    if type(value) is int:
+        return value
+    raise _NotPlain
+
+
+def _flag(value: Any) -> bool:
+    if type(value) is bool:
+        return value
+    raise _NotPlain
+
+
+def _missed(value: Any) -> MissedPolicy:
+    if type(value) is MissedPolicy:
+        return value
+    if type(value) is str and value in MissedPolicy._value2member_map_:
+        return MissedPolicy(value)
+    raise _NotPlain
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    if (type(value) is tuple or type(value) is list) and all(type(v) is str for v in value):
+        return tuple(value)
+    raise _NotPlain
+
+
+def _options(value: Any) -> dict[str, Any]:
+    if type(value) is dict and all(type(k) is str for k in value):
+        return dict(value)
+    raise _NotPlain
+
+
+def _role(value: Any) -> Role:
+    if type(value) is Role:
+        return value
+    if type(value) is str and value in Role._value2member_map_:
+        return Role(value)
+    raise _NotPlain
+
+
+def _token(value: Any) -> Role | TokenSpec:
+    if type(value) is TokenSpec:
+        return value
+    if type(value) is dict and set(value) == {"role", "name"}:
+        name = _text(value["name"])
+        if len(name) > 64 or not re.fullmatch(ACTOR_NAME_PATTERN[1:-1], name):
+            raise _NotPlain
+        return TokenSpec(role=_role(value["role"]), name=name)
+    return _role(value)
+
+
+def _tokens(value: Any) -> dict[str, Role | TokenSpec]:
+    if type(value) is dict and all(type(k) is str for k in value):
+        return {token: _token(spec) for token, spec in value.items()}
+    raise _NotPlain
+
+
+def _optional(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else read(value)
+
+
+_READERS: dict[str, Callable[[Any], Any]] = {
+    "str": _text,
+    "str | None": _optional(_text),
+    "float": _number,
+    "float | None": _optional(_number),
+    "int": _whole,
+    "int | None": _optional(_whole),
+    "bool": _flag,
+    "MissedPolicy": _missed,
+    "tuple[str, ...]": _texts,
+    "dict[str, Any] | None": _optional(_options),
+    "dict[str, Role | TokenSpec] | None": _optional(_tokens),
+}
+"""Each field's annotation → what takes a value of exactly that type (``_NotPlain`` else)."""
+_FIELDS = tuple(
+    (spec.name, _READERS[str(spec.type)], spec.metadata.get("bounds", {}), spec.metadata)
+    for spec in fields(Settings)
+)
+
+
+def _within(value: Any, bounds: Mapping[str, float]) -> bool:
+    if value is None:
+        return True
+    return (
+        ("gt" not in bounds or value > bounds["gt"])
+        and ("ge" not in bounds or value >= bounds["ge"])
+        and ("le" not in bounds or value <= bounds["le"])
     )
+
+
+def _take_plain(given: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Every value as pydantic would return it, or None when one is not plain (any doubt: a
+    conversion, a bound crossed, a check refusing)."""
+    taken: dict[str, Any] = {}
+    try:
+        for name, read, bounds, meta in _FIELDS:
+            value = given[name]
+            if "before" in meta:
+                value = meta["before"](value)
+            value = read(value)
+            if "after" in meta:
+                value = meta["after"](value)
+            if not _within(value, bounds):
+                return None
+            taken[name] = value
+    except (_NotPlain, ValueError, TypeError, OverflowError):
+        return None
+    return taken

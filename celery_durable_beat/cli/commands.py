@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import click
 from celery.bin.base import CeleryCommand
 
+from celery_durable_beat.cli import HELP
 from celery_durable_beat.cli import format as cli_format
 from celery_durable_beat.control import ConfigCheck, DurableBeat, check_config
 from celery_durable_beat.control.actors import local_actor
@@ -212,10 +213,10 @@ def parse_kwargs(value: str | None) -> dict[str, Any] | None:
 
 
 # -- the group and its verbs ----------------------------------------------------------------
-@click.group(name="durable-beat", cls=VerbGroup)
+@click.group(name="durable-beat", cls=VerbGroup, help=HELP)
 @click.pass_context
 def durable_beat(ctx: click.Context) -> None:
-    """Operate durable beat schedules: list, inspect, pause, resume, run now, audit."""
+    """The verbs below; ``cli/__init__.py`` registers this group with Celery (``HELP``)."""
 
 
 @durable_beat.command(name="list", cls=VerbCommand)

@@ -22,7 +22,7 @@ from celery_durable_beat.celery_config import (
 )
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem
 from celery_durable_beat.redis_client import is_redis_url
-from celery_durable_beat.settings import PREFIX, Settings
+from celery_durable_beat.settings import PREFIX, SETTING_NAMES, Settings
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ def _redis_broker(app: Any) -> bool:
 def lenient_settings(conf: Any) -> Settings:
     """The settings with each one that fails validation on its own left at its default."""
     valid: dict[str, Any] = {}
-    for name in Settings.model_fields:
+    for name in SETTING_NAMES:
         key = PREFIX + name
         value = conf.get(key)
         if value is None:

@@ -162,11 +162,6 @@ Values = Mapping[str, Any]
 """One row's parameters: task_id, schedule_key, tick_ms, trigger, state, owner, keep_ms."""
 
 
-def driver_errors() -> tuple[type[BaseException], ...]:
-    """What a direct statement raises besides ``StoreUnavailable``."""
-    return (psycopg.Error,)
-
-
 class DirectPg:
     """This process's connections for the statements above (module docstring)."""
 

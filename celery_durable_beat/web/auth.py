@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from celery_durable_beat.settings import TOKENS_ENV, Role, TokenSpec
+from celery_durable_beat.settings_model import token_spec
 
 COOKIE = "durable_beat_session"
 """The console's cookie: an opaque, signed session id (``web/session.py``), never a token;
@@ -68,7 +69,7 @@ def _caller(token: str, value: Role | TokenSpec | str | Mapping[str, str]) -> Ca
     if isinstance(value, TokenSpec):
         return Caller(value.role, value.name)
     if isinstance(value, Mapping):
-        spec = TokenSpec.model_validate(value)
+        spec = token_spec(value)
         return Caller(spec.role, spec.name)
     role = Role(value)
     return Caller(role, token_name(token, role))
