@@ -28,7 +28,7 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -103,6 +103,16 @@ def rig(
             queue=queue,
             lease_url=redis_url,
             history_keep=keep,
+        )
+
+
+@pytest.fixture
+def burst_rig(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[ProcessRig]:
+    """The proof's processes with rounds of 8 schedules: the 50 schedules' ticks of each second
+    are a burst of 7 rounds, each settled beside the next one's claim (``burst.py``)."""
+    with rig_factory(tmp_path, ProcessRig) as make:
+        yield make(
+            pg_url, redis_url, lease_ttl=2, poll=0.2, history_keep=HISTORY_KEEP, batch_size=8
         )
 
 
@@ -190,12 +200,14 @@ def evidence(rig: ProcessRig, figures: Figures) -> Figures:
     return figures
 
 
-def prove(rig: ProcessRig, kills: int, seed: int, tmp_path: Path) -> Figures:
+def prove(
+    rig: ProcessRig, kills: int, seed: int, tmp_path: Path, modes_of: Sequence[str] = MODES
+) -> Figures:
     started = time.monotonic()
     rng = random.Random(seed)
     rig.worker("prefork", 4)
     figures = Figures()
-    modes = [MODES[i % len(MODES)] for i in range(kills)]
+    modes = [modes_of[i % len(modes_of)] for i in range(kills)]
     rng.shuffle(modes)
     for mode in modes:
         one_trial(rig, rng, mode, figures)
@@ -219,6 +231,26 @@ def test_kill_9_at_any_point_executes_every_tick_exactly_once(
     figures = prove(rig, kills=12, seed=20261130, tmp_path=tmp_path)
     assert figures.kills == 12
     assert set(figures.kills_injected) == set(MODES) - {"random"}
+
+
+BURST_MODES = (*MODES, "fenced_write")
+"""In a burst, ``fenced_write`` is reached on the settling thread, beside the next claim."""
+
+
+BURST_PROOF_KILLS = int(os.environ.get("DURABLE_BEAT_BURST_PROOF_KILLS", "10"))
+
+
+@pytest.mark.timeout(600 + 30 * BURST_PROOF_KILLS)
+def test_kill_9_inside_bursts_executes_every_tick_exactly_once(
+    burst_rig: ProcessRig, tmp_path: Path
+) -> None:
+    """The same proof with every second a burst of rounds whose settles overlap the next
+    rounds' claims: a kill lands with a settle in flight and the next round claimed."""
+    kills = BURST_PROOF_KILLS
+    seed = int(os.environ.get("DURABLE_BEAT_PROOF_SEED", "20261202"))
+    figures = prove(burst_rig, kills=kills, seed=seed, tmp_path=tmp_path, modes_of=BURST_MODES)
+    assert figures.kills == kills
+    assert set(figures.kills_injected) == set(BURST_MODES) - {"random"}
 
 
 PROOF_KILLS = int(os.environ.get("DURABLE_BEAT_PROOF_KILLS", "500"))

@@ -66,6 +66,8 @@ if os.environ.get("TASK_QUEUE"):  # a queue of the test's own on a shared Rabbit
     app.conf.task_default_queue = os.environ["TASK_QUEUE"]
 if os.environ.get("TASK_ROUTES"):
     app.conf.task_routes = json.loads(os.environ["TASK_ROUTES"])
+if os.environ.get("BEAT_BATCH_SIZE"):  # small batches: every second is a burst of rounds
+    app.conf.durable_beat_batch_size = int(os.environ["BEAT_BATCH_SIZE"])
 if os.environ.get("HISTORY_KEEP"):
     app.conf.durable_beat_history_keep = int(os.environ["HISTORY_KEEP"])
 if os.environ.get("REDELIVER_AFTER"):  # redelivery of lost ticks (SPEC §6)

@@ -48,6 +48,7 @@ SETTINGS = {
     "store_url": "DURABLE_BEAT_URL",
     "broker": "BEAT_BROKER",
     "redeliver_after": "REDELIVER_AFTER",
+    "batch_size": "BEAT_BATCH_SIZE",
 }
 """Test app setting -> the environment variable ``procapp`` reads it from."""
 
