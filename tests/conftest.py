@@ -7,9 +7,11 @@ silently when a server is missing: they fail, naming the URL they could not reac
 
 ``scripts/check`` runs the suite on two pytest-xdist workers (``-n 2 --dist loadgroup``). Each
 worker flushes a Redis database of its own (``DURABLE_BEAT_TEST_REDIS``'s, plus the worker's
-number); the ``reliability`` tests run one after another on one worker (group ``processes``), so
-their timing-sensitive kills and handovers never overlap each other, while the unit and
-integration tests run on the other. Both share one chaos seed, drawn by the controller.
+number); the ``reliability`` tests (all under ``tests/reliability/``) run one after another on
+one worker (group ``processes``, formed by ``pytest_xdist_make_scheduler`` below), so their
+timing-sensitive kills and handovers never overlap each other, while the unit and integration
+tests run on the other, which the group's worker joins once the group is done. Both share one
+chaos seed, drawn by the controller.
 
 Tests marked ``docker`` (tests/docker, pytest-celery containers) need a Docker engine: without
 one they are deselected, not skipped, and the run says so in one line (scripts/check-containers,
@@ -195,10 +197,46 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # -- collection: reliability tests grouped for xdist; docker tests deselected without an engine
+RELIABILITY_DIR = "tests/reliability/"
+"""Where every test marked ``reliability`` lives: the xdist controller groups them by this path."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` with the ``reliability`` tests in one work unit, ``processes``.
+
+    xdist groups by an ``@group`` suffix its workers append to the test ids of items marked
+    ``xdist_group``; under pytest 9.2 that suffix is silently lost (the id moved to
+    ``Node._id``), so a marker alone groups nothing and the reliability tests ran on both workers
+    at once. The controller sees only test ids, so it groups them by their folder (every
+    reliability test is under ``tests/reliability/``: collection fails otherwise). The largest
+    unit is handed out first, so the group starts at once on one worker while the other takes
+    the rest, one test at a time, and the group's worker joins it when the group is done.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class ReliabilityGroupScheduling(LoadGroupScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(RELIABILITY_DIR):
+                return "processes"
+            return str(super()._split_scope(nodeid))
+
+    return ReliabilityGroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("reliability"):
-            item.add_marker(pytest.mark.xdist_group("processes"))
+    misplaced = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("reliability") and not item.nodeid.startswith(RELIABILITY_DIR)
+    ]
+    if misplaced:
+        raise pytest.UsageError(
+            f"tests marked reliability must live under {RELIABILITY_DIR} (xdist groups them by "
+            f"that folder): {misplaced}"
+        )
     docker_items = [item for item in items if item.get_closest_marker("docker")]
     if not docker_items:
         return
