@@ -1,9 +1,14 @@
-"""``celery -A proj durable-beat …`` run for real: subprocesses, a real store, a real broker.
+"""``celery -A proj durable-beat …`` against a real store and a real broker.
 
-Each test writes a small Celery app module to its temporary folder and runs the CLI through
-``python -m celery`` (the entry point must be installed: ``pip install -e .``). Dispatch rounds
-run in this process against the same database, with an explicit ``now_ms``. Every subprocess
-costs about a second, so each test groups the assertions of one story.
+Each test writes a small Celery app module to its temporary folder and runs the CLI as the
+shell does, ``celery -A proj durable-beat …``: through Celery's own ``celery`` command group,
+which loads the module from that folder and finds our verbs through the installed
+``celery.commands`` entry point (``pip install -e .``). ``Project.cli`` runs that group in this
+process (click's runner: the exit code, stdout and stderr kept apart, and the traceback of any
+exception that escapes appended to stderr as the interpreter would print it), since a
+subprocess costs a second of imports; ``Project.cli_process`` runs ``python -m celery`` for
+real, for the stories about the process itself (an unreachable store, ``serve``, ``check``).
+Dispatch rounds run in this process against the same database, with an explicit ``now_ms``.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,6 +49,44 @@ app.conf.update({conf!r})
 FAST = {"task": "proj.pulse", "schedule": "@every:100", "missed": "backfill", "backfill_max": 1000}
 
 
+UNDER_TEST_ENV = ("DURABLE_BEAT_URL", "DURABLE_BEAT_API_TOKENS")
+"""Unset for every command: the app module's settings are the ones under test."""
+
+
+def run_cli(folder: Path, module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``celery -A <module> <args>`` in this process, as ``python -m celery`` runs it (Celery's
+    ``celery`` group with ``auto_envvar_prefix="CELERY"``), the module imported afresh from
+    ``folder`` (a test may rewrite it between two commands) and its app closed afterwards, as
+    the end of a process would. An exception that escapes the command is appended to stderr as
+    a traceback, so the tests' ``"Traceback" not in stderr`` keeps its meaning."""
+    from celery.bin.celery import celery as celery_group
+    from click.testing import CliRunner
+
+    runner = CliRunner()  # click >= 8.2: stdout and stderr apart, like a process's pipes
+    sys.modules.pop(module, None)
+    sys.path.insert(0, str(folder))
+    try:
+        result = runner.invoke(
+            celery_group,
+            ["-A", module, *args],
+            prog_name="celery",
+            env=dict.fromkeys(UNDER_TEST_ENV),
+            auto_envvar_prefix="CELERY",
+        )
+    finally:
+        sys.path.remove(str(folder))
+        loaded = sys.modules.pop(module, None)
+        app = getattr(loaded, "app", None)
+        if app is not None:
+            app.close()
+    stderr = result.stderr
+    if result.exc_info is not None and not isinstance(result.exception, SystemExit):
+        stderr += "".join(traceback.format_exception(*result.exc_info))
+    return subprocess.CompletedProcess(
+        ["celery", "-A", module, *args], result.exit_code, result.stdout, stderr
+    )
+
+
 @dataclass
 class Project:
     """A Celery app module on disk, the same app in this process, and its store."""
@@ -52,10 +96,14 @@ class Project:
     store: SqlStore
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``celery -A proj durable-beat <args>``, run in this process."""
+        return run_cli(self.folder, "proj", "durable-beat", *args)
+
+    def cli_process(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``python -m celery -A proj durable-beat <args>``, a process of its own."""
         env = {**os.environ, "PYTHONPATH": str(self.folder)}
-        # The app's durable_beat_url and durable_beat_api_tokens are the ones under test.
-        env.pop("DURABLE_BEAT_URL", None)
-        env.pop("DURABLE_BEAT_API_TOKENS", None)
+        for name in UNDER_TEST_ENV:
+            env.pop(name, None)
         return subprocess.run(
             [sys.executable, "-m", "celery", "-A", "proj", "durable-beat", *args],
             cwd=self.folder,
@@ -329,6 +377,6 @@ def test_status_and_migrate(pg_project: Project) -> None:
 def test_unreachable_store_names_the_url_without_its_password(tmp_path: Path) -> None:
     url = "postgresql+psycopg://postgres:secretpw@127.0.0.1:1/x"
     project = Project(tmp_path, write_project(tmp_path, url), SqlStore(url))
-    line = one_error_line(project.cli("list"), 5)
+    line = one_error_line(project.cli_process("list"), 5)
     assert "postgresql+psycopg://postgres:***@127.0.0.1:1/x" in line
     assert "secretpw" not in line

@@ -1,7 +1,7 @@
 """The first hour of a new user at the shell (issue #11): ``check``, honest ``status``, ``show``.
 
-Subprocesses of ``celery -A proj durable-beat`` against a real store, as ``test_cli.py`` runs
-them; the Redis lease is the real one, taken in this process as a beat would take it.
+``celery -A proj durable-beat`` against a real store, as ``test_cli.py`` runs it; the Redis
+lease is the real one, taken in this process as a beat would take it.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ UNREACHABLE = "postgresql+psycopg://postgres:secretpw@127.0.0.1:1/x"
 def test_check_validates_without_the_store(tmp_path: Path) -> None:
     good = {"nightly": {"task": "proj.digest", "schedule": "0 3 * * *"}}
     project = Project(tmp_path, write_project(tmp_path, UNREACHABLE, beat_schedule=good), None)  # type: ignore[arg-type]
-    done = project.cli("check")
+    done = project.cli_process("check")  # a process of its own: nothing else on stderr
     assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "1 schedules OK", "")
     bad = {
         "nightly": {"task": "proj.digest", "schedule": "0 3 * * *", "tz": "Bogota"},

@@ -325,7 +325,7 @@ def test_serve_logs_no_token_and_refuses_to_start_without_one(
     bare = tmp_path / "bare"
     bare.mkdir()
     project = next(make_project(bare, pg_url))
-    done = project.cli("serve", "--port", "1")
+    done = project.cli_process("serve", "--port", "1")
     project.store.close()
     assert done.returncode == 2, done.stderr
     assert "durable_beat_api_tokens" in done.stderr and "Traceback" not in done.stderr

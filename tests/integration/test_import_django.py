@@ -2,15 +2,13 @@
 
 The source is written by django-celery-beat's own migrations and ORM in a child process, on a
 SQLite file and on a fresh PostgreSQL database; the import reads it by SQL only. The CLI story
-runs the real ``celery -A proj durable-beat import`` in a subprocess.
+runs ``celery -A proj durable-beat import`` as ``tests/integration/test_cli.py`` runs the CLI.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +19,7 @@ from celery import Celery
 from celery_durable_beat import DurableBeat
 from celery_durable_beat.exceptions import ImportSourceError
 from celery_durable_beat.importers import import_schedules
+from tests.integration.test_cli import run_cli
 from tests.support.peers import celery_next_runs, one_off_anchors, store_rows, write_django
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -207,14 +206,9 @@ def test_the_cli_imports_and_fails_in_one_line(tmp_path: Path, sqlite_url: str) 
     source = f"sqlite:///{tmp_path}/django.sqlite3"
     write_django(source)
     (tmp_path / "proj.py").write_text(APP.format(url=sqlite_url))
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    env.pop("DURABLE_BEAT_URL", None)
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        command = [sys.executable, "-m", "celery", "-A", "proj", "durable-beat", "import", *args]
-        return subprocess.run(
-            command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False
-        )
+        return run_cli(tmp_path, "proj", "durable-beat", "import", *args)
 
     dry = cli("--from", KIND, source, "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr

@@ -367,7 +367,7 @@ def test_the_cookie_is_secure_behind_a_named_https_proxy_only(tmp_path: Path, pg
 
 def test_serve_refuses_a_short_token_with_one_line(tmp_path: Path, sqlite_url: str) -> None:
     project = next(make_project(tmp_path, sqlite_url, durable_beat_api_tokens={"short": "admin"}))
-    done = project.cli("serve", "--port", "1")
+    done = project.cli_process("serve", "--port", "1")
     project.store.close()
     assert done.returncode == 2, done.stderr
     assert "durable_beat_api_tokens" in done.stderr and "16" in done.stderr
