@@ -58,10 +58,10 @@ PRUNE_EVERY_MS = 60_000
 PRUNE_BUDGET = 0.02
 """Most of the lease TTL one round spends pruning (0.6 s of 30 s): a pass never risks the lease."""
 BACKOFF_MAX_S = 30.0
-BURST_BUDGET_S = 1.0
-"""Longest a burst's rounds run back to back before the loop looks up (a SIGTERM waits for
-them); the next call goes on with the burst at once."""
 """Longest wait after failed rounds (a third of the TTL caps it further)."""
+BURST_BUDGET_S = 1.0
+"""How long a burst's rounds run back to back before the loop looks up (a SIGTERM waits for
+that and the round in flight); the next call goes on with the burst at once."""
 BASIC_BROKER_ERRORS: tuple[type[Exception], ...] = (ConnectionError, OSError, TimeoutError)
 """Failures that escape the publisher (e.g. taking a broker connection): a broker outage. The
 scheduler adds its transport's own (kombu's ``OperationalError``)."""
@@ -268,9 +268,13 @@ class BeatLoop:
             return self.delay(due, now_ms)
         if not self.leadership.acquire(fresh_for=0.0):  # renewed before anything is published
             return self.leadership.standby_delay()
-        stats = self.bursts.run(now_ms, self.leadership.epoch, self._burst_goes_on())
-        self._observe_round(stats)
-        self._touched.update(e.schedule for e in stats.events)
+        try:
+            stats = self.bursts.run(now_ms, self.leadership.epoch, self._burst_goes_on())
+        except BaseException:
+            if self.bursts.finished.claimed:  # rounds committed before the failure count
+                self._count_finished(self.bursts.finished)
+            raise
+        self._count_finished(stats)
         self.broker_down = stats.broker_unavailable
         if stats.broker_unavailable:
             return self._backoff(
@@ -285,6 +289,11 @@ class BeatLoop:
         self._maybe_prune(now_ms)
         now_ms, due = self.store.clock_and_earliest_due()
         return self.delay(due, now_ms)
+
+    def _count_finished(self, stats: RoundStats) -> None:
+        """Metrics and the next pruning pass learn of rounds whose records are committed."""
+        self._observe_round(stats)
+        self._touched.update(e.schedule for e in stats.events)
 
     def _burst_goes_on(self) -> Callable[[], bool]:
         """While a burst may take one more round: the lease still covers it, and the burst
@@ -351,10 +360,10 @@ class BeatLoop:
         """Release the lease (only if held), then close the round's gate (its run tracking), the
         store and the observer (the metrics server)."""
         try:
+            self.bursts.close()  # no settle left in flight when the lease goes
             self.leadership.close()
             if self.redelivery is not None:
                 self.redelivery.close()
-            self.bursts.close()
             self.dispatcher.gate.close()
             self.store.close()
         finally:

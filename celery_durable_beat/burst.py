@@ -18,23 +18,29 @@ round claimed beside it is dropped unpublished.
 
 A burst ends when a round claims less than a full batch, when the broker fails, or when
 ``go_on`` says so (the lease, the loop's time budget: a burst never keeps beat from a SIGTERM
-for long); each round of it is settled before ``run`` returns.
+for long: it waits for at most the budget and the round in flight); each round of it is
+settled before ``run`` returns, also when it raises (``finished`` then says what was).
 
 Python's cyclic garbage collector is paused while ``run`` runs (and left as it was after):
 a round holds thousands of short-lived objects, none of them in a cycle, and their number set
 off full collections, each walking every object of the process (Celery's, kombu's,
 SQLAlchemy's: over 100,000), several times a burst — about a tenth of a burst's CPU, measured
 (docs/benchmarks.md). Reference counting frees the rounds' objects as before; the collector
-runs again as soon as ``run`` returns, at most ``beat_loop.BURST_BUDGET_S`` later.
+runs again as soon as ``run`` returns (``beat_loop.BURST_BUDGET_S`` and the round in flight).
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from celery_durable_beat.dispatch import Dispatcher, OpenRound, RoundStats
+from celery_durable_beat.logs import cause, log_extra
+from celery_durable_beat.model import Action
+
+log = logging.getLogger("celery_durable_beat.dispatch")
 
 
 class BurstRounds:
@@ -44,6 +50,9 @@ class BurstRounds:
         self.dispatcher = dispatcher
         self._now_ms = now_ms
         self._pool: ThreadPoolExecutor | None = None
+        self.finished = RoundStats()
+        """The rounds of the last ``run`` that were settled and finished, also when it raised
+        (their records are committed: the loop counts them in its metrics and pruning)."""
 
     def run(self, now_ms: int, epoch: int, go_on: Callable[[], bool]) -> RoundStats:
         """Rounds from ``now_ms`` on while each claims a full batch and ``go_on()``; what they
@@ -59,7 +68,7 @@ class BurstRounds:
 
     def _run(self, now_ms: int, epoch: int, go_on: Callable[[], bool]) -> RoundStats:
         rounds = self.dispatcher
-        total = RoundStats()
+        total = self.finished = RoundStats()
         rnd = OpenRound(now_ms)
         try:
             rounds.claim(rnd)
@@ -72,18 +81,16 @@ class BurstRounds:
             except BaseException:
                 rounds.abandon(rnd)
                 raise
-            if not self._beside(rnd, go_on):
+            settling = self._beside(rnd, epoch, go_on)
+            if settling is None:
                 total.add(self._settle_now(rnd, epoch))
                 return total
-            settling = self._settler().submit(
-                rounds.store.settle, rnd.stats.events, rnd.advances, epoch
-            )
             following = OpenRound(0)
             try:
                 following.now_ms = self._now_ms()
                 rounds.claim(following, rnd.schedule_ids())
             except BaseException:
-                self._join(rnd, settling)  # its own failure, if any, is the one raised
+                total.add(self._join(rnd, settling))  # its own failure, if any, is raised
                 raise
             total.add(self._join(rnd, settling))
             rnd = following
@@ -96,15 +103,30 @@ class BurstRounds:
         if pool is not None:
             pool.shutdown(wait=True)
 
-    def _beside(self, rnd: OpenRound, go_on: Callable[[], bool]) -> bool:
-        """Whether the round's settle may run beside the next round's claim."""
+    def _beside(
+        self, rnd: OpenRound, epoch: int, go_on: Callable[[], bool]
+    ) -> Future[list[bool]] | None:
+        """The round's settle, started on the settling thread, if it may run beside the next
+        round's claim; None to settle it in turn (the burst ends there)."""
         stats = rnd.stats
-        return (
+        if not (
             stats.more_due
             and not stats.broker_unavailable
             and self.dispatcher.store.settles_beside_claims
             and go_on()
-        )
+        ):
+            return None
+        try:  # the thread starts on first use: a process at its thread limit settles in turn
+            pool = self._settler()
+            return pool.submit(self.dispatcher.store.settle, stats.events, rnd.advances, epoch)
+        except RuntimeError as exc:
+            log.warning(
+                "a burst's rounds are settled in turn: no settling thread (%s)",
+                cause(exc),
+                extra=log_extra(Action.ROUND_FAILED),
+            )
+            self.close()
+            return None
 
     def _settle_now(self, rnd: OpenRound, epoch: int) -> RoundStats:
         rounds = self.dispatcher
@@ -116,11 +138,17 @@ class BurstRounds:
         return rounds.finish(rnd, applied)
 
     def _join(self, rnd: OpenRound, settling: Future[list[bool]]) -> RoundStats:
-        """Wait for the round's settle; finish the round, or abandon it and raise."""
+        """Wait for the round's settle; finish the round, or abandon it and raise. Whatever
+        interrupts the wait (a KeyboardInterrupt), the settle's own outcome decides the round:
+        it is waited for, so no settle outlives ``run``."""
         try:
             applied = settling.result()
         except BaseException:
-            self.dispatcher.abandon(rnd)
+            wait([settling])
+            if settling.exception() is None:
+                self.finished.add(self.dispatcher.finish(rnd, settling.result()))
+            else:
+                self.dispatcher.abandon(rnd)
             raise
         return self.dispatcher.finish(rnd, applied)
 

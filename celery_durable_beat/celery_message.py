@@ -15,6 +15,7 @@ side never imports ``publish``).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -82,8 +83,11 @@ def send_kwargs(
         "argsrepr": argsrepr,
         "kwargsrepr": kwargsrepr,
         **options,
-        "args": list(message.args),
-        "kwargs": dict(message.kwargs),
+        # Copies all the way down: a tick may carry its definition's own values
+        # (``message.build_message``), and ``send_task`` hands them to code of the user's —
+        # ``before_task_publish`` receivers, router functions, an overridden ``apply_async``.
+        "args": copy.deepcopy(list(message.args)),
+        "kwargs": copy.deepcopy(dict(message.kwargs)),
         "task_id": message.task_id,
         "headers": headers,
         "retry": True,

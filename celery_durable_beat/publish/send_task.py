@@ -16,7 +16,6 @@ through here.
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -113,9 +112,7 @@ class CelerySession:
         producer = self.producer if self.confirms is None else self.confirms.producer_for_publish()
         task = own_apply_async(self.app, message.task)
         if task is not None:
-            # The tick's values may be the definition's own (``message.build_message``): code
-            # of the task's class gets copies it may change at will.
-            args, kwargs = copy.deepcopy((options.pop("args"), options.pop("kwargs")))
+            args, kwargs = options.pop("args"), options.pop("kwargs")
             task.apply_async(args, kwargs, producer=producer, **options)
         else:
             self.app.send_task(message.task, producer=producer, **options)

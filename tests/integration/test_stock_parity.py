@@ -264,3 +264,35 @@ def test_an_apply_async_that_changes_its_arguments_never_changes_the_next_tick(
         client.close()
     assert MutatingTask.seen == [(["a"], {"regions": ["r"]})] * 2
     assert store.get("Report").definition.kwargs == {"regions": ["r"]}
+
+
+def test_a_publish_receiver_that_changes_the_body_never_changes_the_next_tick(
+    redis_url: str,
+) -> None:
+    """``before_task_publish`` receivers get the body ``send_task`` built: nested values of the
+    tick are copies, never the definition's own."""
+    name = f"receiver-{uuid.uuid4().hex[:8]}"
+    app = _app(redis_url, name)
+    seen: list[Any] = []
+
+    def meddle(body: Any, **_: Any) -> None:
+        seen.append(json.loads(json.dumps(body[1])))
+        body[1]["cfg"]["sent"] = True
+
+    store = MemoryStore(lambda: T0 + 120_000)
+    store.register_epoch(1)
+    entry = {"task": f"{name}.report", "schedule": 60, "kwargs": {"cfg": {"n": 1}}}
+    sync_definitions(store, validate_entries({"Report": entry}), T0)
+    publisher = make_publisher(app, Settings.from_conf(app.conf, environ={}))
+    signals.before_task_publish.connect(meddle, weak=False)
+    try:
+        for now in (T0 + 60_000, T0 + 120_000):
+            Dispatcher(store, publisher).run_round(now, 1)
+    finally:
+        signals.before_task_publish.disconnect(meddle)
+        app.close()
+        client = redis.Redis.from_url(redis_url)
+        client.delete(name)
+        client.close()
+    assert seen == [{"cfg": {"n": 1}}] * 2
+    assert store.get("Report").definition.kwargs == {"cfg": {"n": 1}}

@@ -108,11 +108,13 @@ def rig(
 
 @pytest.fixture
 def burst_rig(tmp_path: Path, pg_url: str, redis_url: str) -> Iterator[ProcessRig]:
-    """The proof's processes with rounds of 8 schedules: the 50 schedules' ticks of each second
-    are a burst of 7 rounds, each settled beside the next one's claim (``burst.py``)."""
+    """The proof's processes with rounds of 10 schedules: the 50 schedules' ticks of each second
+    are a burst of 5 full rounds, each settled beside the next one's claim (``burst.py``; the
+    claim after the fifth finds none), so a ``fenced_write`` kill lands on the settling thread
+    (but where the loop's 1 s budget or the lease ends a burst early)."""
     with rig_factory(tmp_path, ProcessRig) as make:
         yield make(
-            pg_url, redis_url, lease_ttl=2, poll=0.2, history_keep=HISTORY_KEEP, batch_size=8
+            pg_url, redis_url, lease_ttl=2, poll=0.2, history_keep=HISTORY_KEEP, batch_size=10
         )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import threading
 from collections.abc import Collection, Sequence
+from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -252,3 +253,70 @@ def test_the_garbage_collector_is_paused_during_a_burst_and_left_as_it_was(
         (gc.enable if was else gc.disable)()
         bursts.close()
     assert seen and not any(seen)
+
+
+def test_without_a_settling_thread_each_round_settles_in_turn(store: WatchedStore) -> None:
+    """A process at its thread limit (the pool starts its thread on first use): the round is
+    settled in turn, the burst ends there, nothing is published twice and the gate hears of
+    every round."""
+
+    class NoThreads:
+        def submit(self, *args: Any) -> Any:
+            raise RuntimeError("can't start new thread")
+
+        def shutdown(self, wait: bool = True) -> None:
+            return None
+
+    bursts, publisher, gate = _burst(store, 2 * BATCH)
+    bursts._settler = NoThreads  # type: ignore[assignment, method-assign]
+    for _ in range(2):
+        stats = bursts.run(T0 + 60_000, EPOCH, lambda: True)
+        assert stats.claimed == BATCH
+    ids = [m.task_id for m in publisher.messages]
+    assert len(ids) == len(set(ids)) == 2 * BATCH
+    assert sorted(_enqueued(store, 2 * BATCH)) == sorted(ids)
+    assert [kind for kind, _ in gate.calls] == ["begin", "after"] * 2
+
+
+def test_an_interrupted_wait_still_lets_the_settle_decide_its_round(store: WatchedStore) -> None:
+    """A KeyboardInterrupt while waiting for a settle: the settle is waited for and, as it
+    committed, its round is finished (the gate told, ``finished`` counts it) before the
+    interrupt goes on."""
+
+    class Interrupted(Future):  # type: ignore[type-arg]
+        def __init__(self) -> None:
+            super().__init__()
+            self.interrupted = False
+
+        def result(self, timeout: float | None = None) -> Any:
+            if not self.interrupted:
+                self.interrupted = True
+                raise KeyboardInterrupt
+            return super().result(timeout)
+
+    class Inline:
+        def submit(self, fn: Any, *args: Any) -> Future:  # type: ignore[type-arg]
+            future = Interrupted()
+            future.set_result(fn(*args))
+            return future
+
+        def shutdown(self, wait: bool = True) -> None:
+            return None
+
+    bursts, publisher, gate = _burst(store, 2 * BATCH)
+    bursts._settler = Inline  # type: ignore[assignment, method-assign]
+    with pytest.raises(KeyboardInterrupt):
+        bursts.run(T0 + 60_000, EPOCH, lambda: True)
+    assert len(_enqueued(store, 2 * BATCH)) == len(publisher.messages) == BATCH
+    assert gate.calls[-1][0] == "after" and len(gate.calls[-1][1][0]) == BATCH
+    assert bursts.finished.claimed == BATCH
+
+
+def test_a_failed_burst_says_which_rounds_it_finished(store: WatchedStore) -> None:
+    bursts, _, _ = _burst(store, 4 * BATCH)
+    store.settle_fails_at = 3
+    with pytest.raises(InjectedFault):
+        bursts.run(T0 + 60_000, EPOCH, lambda: True)
+    bursts.close()
+    assert bursts.finished.claimed == 2 * BATCH
+    assert len(bursts.finished.events) == len(_enqueued(store, 4 * BATCH)) == 2 * BATCH
