@@ -227,7 +227,7 @@ class Dispatcher:
             stats.published,
         )
         _log_sent(stats.events, {item.due.name: item.due.definition.task for item in rnd.work})
-        stats.conflicts = list(applied).count(False)
+        stats.conflicts = applied.count(False)
         if stats.conflicts:
             log.info(
                 "%d schedule(s) changed during the round; left as they are now",

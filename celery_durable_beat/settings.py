@@ -20,7 +20,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
 
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.model import MissedPolicy
@@ -37,6 +37,9 @@ DEFAULT_REDACT = DEFAULT_KEYS
 """SPEC §2's default for ``durable_beat_redact`` (defined once, in the pure ``redact`` module)."""
 ACTOR_NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
 """A token's name: printable, for it is written in the action log (1 to 64 characters)."""
+
+
+E = TypeVar("E", bound=Enum)
 
 
 class Role(str, Enum):
@@ -278,12 +281,21 @@ def _flag(value: Any) -> bool:
     raise _NotPlain
 
 
-def _missed(value: Any) -> MissedPolicy:
-    if type(value) is MissedPolicy:
-        return value
-    if type(value) is str and value in MissedPolicy._value2member_map_:
-        return MissedPolicy(value)
-    raise _NotPlain
+def _member(kind: type[E]) -> Callable[[Any], E]:
+    """The reader of a string enum's fields: a member, or one of its values."""
+
+    def read(value: Any) -> E:
+        if type(value) is kind:
+            return value
+        if type(value) is str and value in kind._value2member_map_:
+            return kind(value)
+        raise _NotPlain
+
+    return read
+
+
+_missed = _member(MissedPolicy)
+_role = _member(Role)
 
 
 def _texts(value: Any) -> tuple[str, ...]:
@@ -295,14 +307,6 @@ def _texts(value: Any) -> tuple[str, ...]:
 def _options(value: Any) -> dict[str, Any]:
     if type(value) is dict and all(type(k) is str for k in value):
         return dict(value)
-    raise _NotPlain
-
-
-def _role(value: Any) -> Role:
-    if type(value) is Role:
-        return value
-    if type(value) is str and value in Role._value2member_map_:
-        return Role(value)
     raise _NotPlain
 
 
