@@ -9,11 +9,16 @@ database and an empty queue holding the same N tick messages, made as beat makes
 (``message.build_message`` published through beat's own ``CeleryPublisher``, so they carry the
 ``periodic_*`` headers of ``message.tick_headers``); then one worker of ``bench/rate_app.py``
 drains them. The rate is taken over the middle 80 % of the runs (by the timestamp each run
-appends to a file), so worker start-up and the last stragglers are left out.
+appends to a file), so worker start-up and the last stragglers are left out. ``--pairs N`` runs
+each cell's pair N times (a fresh order each time) and reports the median of each column: one
+pair's ratio moves by up to ±0.2 between runs on a 2-core machine. ``--task-ms`` makes each run
+wait that long first (a task that waits on I/O); the target is measured with the no-op task.
 
     .venv/bin/python bench/worker_rate.py                  # the whole matrix, 2,000 ticks
     .venv/bin/python bench/worker_rate.py --quick          # 600 ticks, prefork 2 and threads 4
     .venv/bin/python bench/worker_rate.py --pool solo:1 --claims redis --acks on
+    .venv/bin/python bench/worker_rate.py --pairs 3        # the median of three pairs a cell
+    .venv/bin/python bench/worker_rate.py --task-ms 5      # each run waits 5 ms first
     .venv/bin/python bench/worker_rate.py --profile /tmp/prof ...   # py-spy, each worker
 
 PostgreSQL, Redis and RabbitMQ come from ``DURABLE_BEAT_TEST_PG``, ``DURABLE_BEAT_TEST_REDIS``
@@ -28,6 +33,7 @@ import contextlib
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -121,7 +127,9 @@ def worker_command(cell: Cell, queue: str, profile: Path | None) -> list[str]:
     return [*spy, "--", *command]
 
 
-def one_run(cell: Cell, guard: bool, count: int, workdir: Path, profile: Path | None) -> float:
+def one_run(
+    cell: Cell, guard: bool, count: int, workdir: Path, profile: Path | None, task_ms: float
+) -> float:
     """Ticks a second over the middle 80 % of ``count`` runs by one worker."""
     store = make_db(PG)
     ensure_schema(store)
@@ -140,6 +148,7 @@ def one_run(cell: Cell, guard: bool, count: int, workdir: Path, profile: Path | 
         "TICKS_FILE": str(ticks),
         "GUARD": "1" if guard else "0",
         "ACKS_LATE": "1" if cell.acks_late else "0",
+        "TASK_MS": str(task_ms),
     }
     publish(cell.broker, queue, count)
     proc = subprocess.Popen(
@@ -206,10 +215,17 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer ticks, two pools")
     parser.add_argument("--seed", type=int, default=24, help="draws plain/guarded order")
     parser.add_argument("--profile", type=Path, help="a folder for py-spy's stacks")
+    parser.add_argument("--pairs", type=int, default=1, help="pairs a cell, medians reported")
+    parser.add_argument("--task-ms", type=float, default=0.0, help="each run waits this long")
     args = parser.parse_args()
+    if args.pairs < 1 or args.task_ms < 0:
+        parser.error("--pairs must be at least 1 and --task-ms at least 0")
     count = args.ticks or (600 if args.quick else 2000)
     rng = random.Random(args.seed)
-    print(f"commit {commit()}, seed {args.seed}, {count} ticks a run, one worker a run")
+    print(
+        f"commit {commit()}, seed {args.seed}, {count} ticks a run, one worker a run, "
+        f"{args.pairs} pair(s) a cell (medians), task waits {args.task_ms:g} ms"
+    )
     print(f"uptime: {uptime()}")
     print("| pool | claims | acks_late | plain (ticks/s) | guarded (ticks/s) | ratio |")
     print("|---|---|---|---|---|---|")
@@ -217,19 +233,25 @@ def main() -> int:
         args.profile.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         for cell in cells(args):
-            rates = {}
-            order = [False, True]
-            rng.shuffle(order)
-            for guard in order:
-                profile = None
-                if args.profile:
-                    tag = cell.label().replace(" ", "_").replace(":", "")
-                    profile = args.profile / f"{tag}_{'guarded' if guard else 'plain'}.txt"
-                rates[guard] = one_run(cell, guard, count, Path(tmp), profile)
+            plain, guarded, ratios = [], [], []
+            for _pair in range(args.pairs):
+                rates = {}
+                order = [False, True]
+                rng.shuffle(order)
+                for guard in order:
+                    profile = None
+                    if args.profile:
+                        tag = cell.label().replace(" ", "_").replace(":", "")
+                        profile = args.profile / f"{tag}_{'guarded' if guard else 'plain'}.txt"
+                    rates[guard] = one_run(cell, guard, count, Path(tmp), profile, args.task_ms)
+                plain.append(rates[False])
+                guarded.append(rates[True])
+                ratios.append(rates[True] / rates[False])
             acks = "on" if cell.acks_late else "off"
+            spread = f" ({min(ratios):.2f}-{max(ratios):.2f})" if args.pairs > 1 else ""
             print(
-                f"| {cell.pool} | {cell.claims} | {acks} | {rates[False]:.0f} "
-                f"| {rates[True]:.0f} | {rates[True] / rates[False]:.2f} |",
+                f"| {cell.pool} | {cell.claims} | {acks} | {statistics.median(plain):.0f} "
+                f"| {statistics.median(guarded):.0f} | {statistics.median(ratios):.2f}{spread} |",
                 flush=True,
             )
     print(f"uptime at the end: {uptime()}")

@@ -127,14 +127,71 @@ class ClaimAhead:
         self._thread = threading.Thread(
             target=self._claim_loop, name="durable-beat-claims", daemon=True
         )
+        self._proc: Any = None
+        self._conn: Any = None
 
     def start(self) -> None:
+        import multiprocessing
+        import os as _os
+
+        mode = _os.environ.get("AHEAD_PROC")
+        if mode in ("1", "2"):
+            ctx = multiprocessing.get_context("fork")
+            here, there = ctx.Pipe()
+            self._proc = ctx.Process(target=_serve, args=(there, self.runtime), daemon=True)
+            self._proc.start()
+            self._conn = here
+        self._hubmode = mode == "2"
+        self._inflights: deque[Any] = deque()
+        self._flush_scheduled = False
+        self.batches: list[int] = []
+        if self._hubmode:
+            self.hub.add_reader(self._conn.fileno(), self._on_answer)
+            return
         self.hub.add_reader(self._reader, self._on_claimed)
         self._thread.start()
+
+    def _send_next(self) -> None:
+        if self._flush_scheduled or not (self._unclaimed or self._ends):
+            return
+        self._flush_scheduled = True
+        self.hub.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not (self._unclaimed or self._ends):
+            return
+        batch = list(self._unclaimed)
+        self._unclaimed.clear()
+        ends = list(self._ends)
+        self._ends.clear()
+        self._inflights.append((batch, ends))
+        self._conn.send(([w for _r, w in batch], [w for w, _t in ends]))
+
+    def _on_answer(self) -> None:
+        while self._conn.poll():
+            answers_list = self._conn.recv()
+            for found in answers_list:
+                batch, ends = self._inflights.popleft()
+                now_ms = self.runtime().clock.now_ms()
+                answers = found if found is not None else [RunState.UNKNOWN] * len(batch)
+                for (request, wanted), state in zip(batch, answers, strict=True):
+                    ahead = Ahead(wanted[1], now_ms) if state is None else None
+                    self._go_on(request, wanted, ahead)
+                for _w, then in ends:
+                    if then is not None:
+                        then()
+
+    def _call(self, what: str, items: Any) -> Any:
+        self._conn.send((what, items))
+        return self._conn.recv()
 
     def submit(self, request: Any, wanted: Wanted) -> None:
         """``request`` goes on once its claim is answered."""
         self._unclaimed.append((request, wanted))
+        if self._hubmode:
+            self._send_next()
+            return
         self._wake.set()
 
     # -- the claims thread ------------------------------------------------------------------------
@@ -156,7 +213,11 @@ class ClaimAhead:
                 batch.append(self._unclaimed.popleft())
         runtime = self.runtime()
         try:
-            found = runtime.claim_ahead([wanted for _request, wanted in batch])
+            wanteds = [wanted for _request, wanted in batch]
+            if self._conn is not None:
+                found = self._call("claim", wanteds)
+            else:
+                found = runtime.claim_ahead(wanteds)
         except Exception:  # never strand a tick here: each goes on and claims in its run
             _failed("claims taken ahead failed; %d tick(s) claim in their runs", len(batch))
             found = None
@@ -174,7 +235,11 @@ class ClaimAhead:
             while len(batch) < BATCH_MAX:
                 batch.append(self._ends.popleft())
         try:
-            self.runtime().end_ahead([write for write, _then in batch])
+            writes = [write for write, _then in batch]
+            if self._conn is not None:
+                self._call("end", writes)
+            else:
+                self.runtime().end_ahead(writes)
         except Exception:  # acknowledged all the same: a claim left started only expires
             _failed("%d run end(s) not written; their messages are acknowledged", len(batch))
         self._written.extend(then for _write, then in batch if then is not None)
@@ -190,6 +255,9 @@ class ClaimAhead:
                 then()
             return
         self._ends.append((write, then))
+        if self._hubmode:
+            self._send_next()
+            return
         self._wake.set()
 
     # -- the event loop's thread ------------------------------------------------------------------
@@ -249,6 +317,51 @@ class ClaimAhead:
         self._written.clear()
         self._reader.close()
         self._writer.close()
+
+
+_BATCH: list[int] = []
+import os as _os0
+_GATHER = float(_os0.environ.get("AHEAD_GATHER_MS", "0")) / 1000
+
+
+def _serve(conn: Any, runtime: Runtime) -> None:
+    """PROTOTYPE: the claims process's loop."""
+    rt = runtime()
+    while True:
+        try:
+            what, items = conn.recv()
+        except EOFError:
+            return
+        if isinstance(what, list):
+            msgs = [(what, items)]
+            if _GATHER:
+                import time as _t
+                _t.sleep(_GATHER)
+            while conn.poll():
+                msgs.append(conn.recv())
+            wanted = [w for ws, _e in msgs for w in ws]
+            ends = [e for _w, es in msgs for e in es]
+            found = rt.claim_ahead(wanted) if wanted else []
+            if ends:
+                rt.end_ahead(ends)
+                rt.tracker.flush()
+            out, i = [], 0
+            for ws, _e in msgs:
+                out.append(None if found is None else found[i:i + len(ws)])
+                i += len(ws)
+            conn.send(out)
+            _BATCH.append(len(wanted))
+            if len(_BATCH) % 100 == 0:
+                import os as _o
+                with open(f"/tmp/batches.serve.{_o.getpid()}", "w") as f:
+                    f.write(f"{len(_BATCH)} statements, mean {sum(_BATCH)/len(_BATCH):.2f}, max {max(_BATCH)}\n")
+            continue
+        if what == "claim":
+            conn.send(rt.claim_ahead(items))
+        else:
+            rt.end_ahead(items)
+            rt.tracker.flush()
+            conn.send(None)
 
 
 def _failed(text: str, *args: object) -> None:
@@ -406,7 +519,9 @@ class ClaimAheadStep(bootsteps.StartStopStep):  # type: ignore[misc]
         """Claims are taken ahead by a prefork worker whose claims are the store's rows only
         (module docstring: where it was measured to pay)."""
         if self._worth is None:
-            self._worth = is_prefork(getattr(c, "pool", None)) and runtime().runs_shared
+            import os as _o
+            anypool = _o.environ.get("AHEAD_ANYPOOL") == "1"
+            self._worth = (anypool or is_prefork(getattr(c, "pool", None))) and (anypool or runtime().runs_shared)
         return self._worth
 
     def stop(self, c: Any) -> None:
