@@ -278,13 +278,14 @@ class ClaimAhead:
 
     def _go_on(self, request: Any, wanted: Wanted | None, ahead: Ahead | None) -> None:
         if ahead is not None and wanted is not None:
-            ends_here = bool(getattr(request.task, "acks_late", False))
+            ends_here = _ENDS_ALL or bool(getattr(request.task, "acks_late", False))
             request._request_dict[AHEAD_KEY] = (ahead.owner, ahead.claimed_at_ms, ends_here)
             if ends_here:
                 request.on_success = EndHere(self, request, wanted[0], ahead.owner)
-            runtime = self.runtime()
-            runtime.hold_ahead(wanted[0], ahead.owner)
-            request.on_accepted = _Accepted(request, runtime, ahead.owner)
+            if not _LEAN:
+                runtime = self.runtime()
+                runtime.hold_ahead(wanted[0], ahead.owner)
+                request.on_accepted = _Accepted(request, runtime, ahead.owner)
         try:
             self.forward(request)
         except Exception:  # Celery's own flow failed: logged as Celery logs an internal error
@@ -320,6 +321,8 @@ class ClaimAhead:
 
 
 _BATCH: list[int] = []
+_ENDS_ALL = __import__("os").environ.get("AHEAD_ENDS_ALL") == "1"
+_LEAN = __import__("os").environ.get("AHEAD_LEAN") == "1"
 import os as _os0
 _GATHER = float(_os0.environ.get("AHEAD_GATHER_MS", "0")) / 1000
 
@@ -521,7 +524,7 @@ class ClaimAheadStep(bootsteps.StartStopStep):  # type: ignore[misc]
         if self._worth is None:
             import os as _o
             anypool = _o.environ.get("AHEAD_ANYPOOL") == "1"
-            self._worth = (anypool or is_prefork(getattr(c, "pool", None))) and (anypool or runtime().runs_shared)
+            self._worth = (anypool or is_prefork(getattr(c, "pool", None))) and (_o.environ.get("AHEAD_REDIS") == "1" or runtime().runs_shared)
         return self._worth
 
     def stop(self, c: Any) -> None:
