@@ -10,11 +10,13 @@ every task wait for two store commits, and a store that answers slowly (not down
 opens on an error) slowed every task with it. With ``background=True`` the writes are handed to one
 thread that commits whatever has gathered since its last commit (a group commit): one commit for
 many runs under load, one per run when idle, and the task never waits for the store. The flusher
-lets writes gather ``GATHER_S`` before it commits. A single flusher at a time keeps the order of a
-tick's states (``started`` is never committed after its ``succeeded``). ``close`` and ``flush``
-commit what is pending, so a worker shutting down (``worker_process_shutdown``) leaves nothing
-behind; only a process killed outright can lose the states of its last few tens of milliseconds,
-never a claim.
+lets writes gather ``GATHER_S`` before it commits. Two commits of one tick never overlap (one
+waits for the other), which keeps the order of a tick's states (``started`` is never committed
+after its ``succeeded``); a write in the caller's thread of a tick no other commit holds goes at
+once, so the threads of a ``threads`` pool do not wait behind each other's round trips.
+``close`` and ``flush`` commit what is pending, so a worker shutting down
+(``worker_process_shutdown``) leaves nothing behind; only a process killed outright can lose the
+states of its last few tens of milliseconds, never a claim.
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ class Tracker:
         self.errors: tuple[type[BaseException], ...] = (StoreError, *runs.errors)
         self._pending = _Pending()
         self._lock = threading.Lock()
+        self._landed = threading.Condition(self._lock)
+        self._in_flight: Counter[str] = Counter()
+        """Task ids of the writes being committed (by any thread)."""
         self._flushing = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -112,7 +117,23 @@ class Tracker:
                 self._ensure_flusher()
                 self._wake.set()
                 return
+            if self._flush_alone():
+                return
         self.flush()
+
+    def _flush_alone(self) -> bool:
+        """Commit the one pending write without waiting for another thread's commit (the
+        ``threads`` pool: each thread's end would wait behind the others' round trips). False
+        when more is pending, the circuit is open or a commit of the same tick is under way:
+        ``flush`` then keeps the order."""
+        with self._lock:
+            only = self._pending.only()
+            if only is None or self.circuit.open() or only.key.task_id in self._in_flight:
+                return False
+            batch = self._pending.take()
+            self._in_flight[only.key.task_id] += 1
+        self._commit(batch)
+        return True
 
     def _keep(self, item: RunWrite) -> None:
         with self._lock:
@@ -128,17 +149,34 @@ class Tracker:
                 if self.circuit.open() or not self._pending:
                     return
                 batch = self._pending.take()
-            try:
-                self.runs.write(batch)
-            except self.errors as exc:
-                self.counters["tracking_errors"] += 1
-                self.circuit.failed(exc)
-                with self._lock:  # the batch first, then what was kept meanwhile
-                    for again in (*batch, *self._pending.take()):
-                        self._pending.keep(again)
-                return
-            self.commits += 1
-            self.circuit.ok()
+                ticks = {w.key.task_id for w in batch}
+                self._landed.wait_for(lambda: ticks.isdisjoint(self._in_flight))
+                self._in_flight.update(ticks)
+            self._commit(batch)
+
+    def _commit(self, batch: list[RunWrite]) -> None:
+        """Write ``batch`` (its ticks counted in flight by the caller), then let waiting
+        commits of the same ticks go on."""
+        try:
+            self._write(batch)
+        finally:
+            with self._lock:
+                self._in_flight.subtract({w.key.task_id for w in batch})
+                self._in_flight = +self._in_flight  # drops the ticks no commit holds
+                self._landed.notify_all()
+
+    def _write(self, batch: list[RunWrite]) -> None:
+        try:
+            self.runs.write(batch)
+        except self.errors as exc:
+            self.counters["tracking_errors"] += 1
+            self.circuit.failed(exc)
+            with self._lock:  # the batch first, then what was kept meanwhile
+                for again in (*batch, *self._pending.take()):
+                    self._pending.keep(again)
+            return
+        self.commits += 1
+        self.circuit.ok()
 
     def pending(self) -> int:
         return len(self._pending)
@@ -205,6 +243,12 @@ class _Pending:
         (task_id, owner), _item = self.writes.popitem(last=False)
         if self._last.get(task_id) == owner:
             del self._last[task_id]
+
+    def only(self) -> RunWrite | None:
+        """The one write waiting, if exactly one is."""
+        if len(self.writes) != 1:
+            return None
+        return next(iter(self.writes.values()))
 
     def take(self) -> list[RunWrite]:
         batch = list(self.writes.values())

@@ -203,3 +203,67 @@ def test_writes_kept_together_end_as_their_sequence_would(clock: FakeClock) -> N
     record = runs.get_run("t")
     assert record is not None
     assert (record.state, record.owner) == (RunState.SUCCEEDED, "second")
+
+
+class HoldingTick(Recording):
+    """Holds the commits of ``held`` ticks until ``release`` is set; others commit at once."""
+
+    def __init__(self, clock: FakeClock, held: set[str]) -> None:
+        super().__init__(clock)
+        self.held = held
+        self.release = threading.Event()
+        self.holding = threading.Event()
+
+    def write(self, writes: Sequence[RunWrite]) -> None:
+        if any(w.key.task_id in self.held for w in writes):
+            self.holding.set()
+            self.release.wait(5)
+        super().write(writes)
+
+
+def in_thread(call: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_writes_of_other_ticks_in_callers_threads_do_not_wait_for_a_slow_commit(
+    clock: FakeClock,
+) -> None:
+    """The ``threads`` pool: each task thread writes its run's end in its own thread (the store
+    holds the claims). One thread's slow commit must not hold up another's end of another tick."""
+    runs = HoldingTick(clock, held={key(0).task_id})
+    circuit = Circuit("the test store", Action.RUN_TRACKING_UNAVAILABLE, "kept", clock)
+    tracker = Tracker(runs, Counter(), circuit)
+    slow = in_thread(lambda: tracker.write(write(0, RunState.SUCCEEDED)))
+    assert runs.holding.wait(5), "the first commit never started"
+    other = in_thread(lambda: tracker.write(write(1, RunState.SUCCEEDED)))
+    eventually(lambda: runs.state(key(1).task_id) is RunState.SUCCEEDED, "tick 1 committed")
+    assert slow.is_alive() and runs.state(key(0).task_id) is None  # tick 0 is still held
+    runs.release.set()
+    slow.join(5)
+    other.join(5)
+    assert runs.state(key(0).task_id) is RunState.SUCCEEDED
+    assert tracker.commits == 2
+
+
+def test_a_ticks_later_write_waits_for_its_earlier_commit(clock: FakeClock) -> None:
+    """Two threads write states of one tick: the later commit waits for the earlier one, so the
+    tick ends in its later state."""
+    runs = HoldingTick(clock, held={key(0).task_id})
+    circuit = Circuit("the test store", Action.RUN_TRACKING_UNAVAILABLE, "kept", clock)
+    tracker = Tracker(runs, Counter(), circuit)
+    first = in_thread(lambda: tracker.write(write(0, RunState.STARTED)))
+    assert runs.holding.wait(5), "the first commit never started"
+    runs.held = set()  # what follows would commit at once if it did not wait
+    later = in_thread(lambda: tracker.write(write(0, RunState.SUCCEEDED)))
+    eventually(lambda: tracker.pending() == 0, "the later write taken for its commit")
+    assert later.is_alive() and runs.batches == []  # it waits: nothing of tick 0 committed
+    runs.release.set()
+    first.join(5)
+    later.join(5)
+    assert runs.batches == [
+        [(key(0).task_id, RunState.STARTED)],
+        [(key(0).task_id, RunState.SUCCEEDED)],
+    ]
+    assert runs.state(key(0).task_id) is RunState.SUCCEEDED
