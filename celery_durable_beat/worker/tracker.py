@@ -166,17 +166,20 @@ class Tracker:
                 self._landed.notify_all()
 
     def _write(self, batch: list[RunWrite]) -> None:
+        """Counters and the circuit change under the lock: commits of different ticks may end
+        at the same time."""
         try:
             self.runs.write(batch)
         except self.errors as exc:
-            self.counters["tracking_errors"] += 1
-            self.circuit.failed(exc)
             with self._lock:  # the batch first, then what was kept meanwhile
+                self.counters["tracking_errors"] += 1
+                self.circuit.failed(exc)
                 for again in (*batch, *self._pending.take()):
                     self._pending.keep(again)
             return
-        self.commits += 1
-        self.circuit.ok()
+        with self._lock:
+            self.commits += 1
+            self.circuit.ok()
 
     def pending(self) -> int:
         return len(self._pending)
