@@ -117,18 +117,25 @@ class Tracker:
                 self._ensure_flusher()
                 self._wake.set()
                 return
-            if self._flush_alone():
+            if self._flush_alone(item):
                 return
         self.flush()
 
-    def _flush_alone(self) -> bool:
-        """Commit the one pending write without waiting for another thread's commit (the
-        ``threads`` pool: each thread's end would wait behind the others' round trips). False
-        when more is pending, the circuit is open or a commit of the same tick is under way:
-        ``flush`` then keeps the order."""
+    def _flush_alone(self, item: RunWrite) -> bool:
+        """Commit ``item``, if it is the one pending write, without waiting for another thread's
+        commit (the ``threads`` pool: each thread's end would wait behind the others' round
+        trips). False when anything else is pending (another thread's write: that thread
+        returns once it is committed, which only ``flush`` under ``_flushing`` ensures), the
+        circuit is open or a commit of the same tick is under way: ``flush`` then keeps the
+        order."""
         with self._lock:
             only = self._pending.only()
-            if only is None or self.circuit.open() or only.key.task_id in self._in_flight:
+            if (
+                only is None
+                or (only.key.task_id, only.owner) != (item.key.task_id, item.owner)
+                or self.circuit.open()
+                or only.key.task_id in self._in_flight
+            ):
                 return False
             batch = self._pending.take()
             self._in_flight[only.key.task_id] += 1

@@ -267,3 +267,14 @@ def test_a_ticks_later_write_waits_for_its_earlier_commit(clock: FakeClock) -> N
         [(key(0).task_id, RunState.SUCCEEDED)],
     ]
     assert runs.state(key(0).task_id) is RunState.SUCCEEDED
+
+
+def test_a_thread_commits_alone_only_its_own_write(clock: FakeClock) -> None:
+    """The one pending write may be another thread's (its own was taken by a flush meanwhile):
+    that one is left to ``flush``, so its thread returns only once it is committed."""
+    runs = Recording(clock)
+    circuit = Circuit("the test store", Action.RUN_TRACKING_UNAVAILABLE, "kept", clock)
+    tracker = Tracker(runs, Counter(), circuit)
+    tracker._keep(write(1, RunState.SUCCEEDED))  # another thread's, not committed yet
+    assert not tracker._flush_alone(write(0, RunState.SUCCEEDED))
+    assert tracker.pending() == 1 and runs.batches == []
