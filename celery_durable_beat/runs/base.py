@@ -20,9 +20,12 @@ expiry instant is before that clock's now.
 1. **Claim.** ``claim`` takes the tick, recording ``started`` for ``ttl_ms``, if it is absent,
    expired (a lost run, or a finished one past the dedup window), or ``retried`` while the
    delivery is that retry: ``attempt`` at least the attempt the ``retried`` write announced, and
-   never attempt 0 (``SqlRunStore`` stores no attempt and takes any attempt > 0). Otherwise
-   nothing changes and the state that refused it is returned. Of concurrent claims of one task
-   id exactly one succeeds. The settles a claim is given are applied first, in order (rule 2).
+   never attempt 0 (``SqlRunStore`` stores no attempt and takes any attempt > 0); or already
+   ``started`` by the same owner (unique per delivery): a call repeated after its reply was
+   lost (``pg_direct`` sends a statement again on a new connection) holds the claim instead of
+   refusing its own run. Otherwise nothing changes and the state that refused it is returned.
+   Of concurrent claims of one task id exactly one succeeds. The settles a claim is given are
+   applied first, in order (rule 2).
 2. **Settle / write.** A write follows ``WriteIf``: ``ALWAYS`` replaces; ``OWNER`` applies if the
    tick is absent or held by the write's owner; ``UNFINISHED`` applies only if the tick is
    present and not finished (``FINAL_RUN_STATES``); ``UNLESS_ENDED_OTHERWISE`` applies unless

@@ -91,7 +91,8 @@ class MemoryRuns:
                 self._apply(write, now)
             row = self._live(key.task_id, now)
             retry = attempt >= max(1, self._attempts.get(key.task_id, 0))
-            if row is not None and not (row.state is RunState.RETRIED and retry):
+            mine = row is not None and row.state is RunState.STARTED and row.owner == owner
+            if row is not None and not (row.state is RunState.RETRIED and retry) and not mine:
                 return row.state
             self._put(RunWrite(key, RunState.STARTED, owner, ttl_ms, attempt=attempt), now)
             return None

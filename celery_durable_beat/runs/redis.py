@@ -78,8 +78,10 @@ for i = 2, #KEYS do
 end
 local v = redis.call('GET', KEYS[1])
 if v then
-  local state, attempt = string.match(v, '^([^|]*)|([^|]*)|')
-  if not (state == 'retried' and tonumber(ARGV[2]) >= (tonumber(attempt) or 0)) then
+  local state, attempt, owner = string.match(v, '^([^|]*)|([^|]*)|(.*)$')
+  local retry = state == 'retried' and tonumber(ARGV[2]) >= (tonumber(attempt) or 0)
+  local again = state == 'started' and owner == ARGV[1]
+  if not (retry or again) then
     return v
   end
 end

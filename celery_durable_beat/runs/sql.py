@@ -126,7 +126,10 @@ class SqlRunStore(LazyEngine):
         if self._direct is not None:
             return self._direct.claim(_values(key, RunState.STARTED, owner, ttl_ms), attempt)
         stmt = self._row(key, RunState.STARTED, owner, ttl_ms)
-        takeover: ColumnElement[bool] = runs.c.expires_at_ms < stmt.excluded.updated_at_ms
+        takeover: ColumnElement[bool] = or_(
+            runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
+            and_(runs.c.hostname == owner[:OWNER_LENGTH], runs.c.state == RunState.STARTED.value),
+        )
         if attempt > 0:  # no attempt column: any retry may take a ``retried`` row
             takeover = or_(takeover, runs.c.state == RunState.RETRIED.value)
         stmt = replace_run(stmt, takeover).returning(runs.c.task_id)

@@ -120,6 +120,16 @@ def test_a_claim_is_refused_while_running_and_once_finished(claims: Claims) -> N
     assert claims.claim(key(), "w2", 3, MINUTE) is RunState.SUCCEEDED  # even a "retry"
 
 
+def test_a_claim_repeated_by_its_owner_holds_it(claims: Claims) -> None:
+    """A call repeated after its reply was lost must not refuse its own run: the tick would then
+    be acknowledged and never run."""
+    assert claims.claim(key(), "w1", 0, MINUTE) is None
+    assert claims.claim(key(), "w1", 0, MINUTE) is None
+    assert claims.claim(key(), "w2", 0, MINUTE) is RunState.STARTED
+    assert settle(claims, key(), RunState.SUCCEEDED, "w1")
+    assert claims.claim(key(), "w1", 0, MINUTE) is RunState.SUCCEEDED
+
+
 def test_settles_given_to_a_claim_are_applied_first(claims: Claims) -> None:
     ended, other = key(T0), key(T0 + MINUTE)
     assert claims.claim(ended, "w1", 0, MINUTE) is None
