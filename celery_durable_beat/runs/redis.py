@@ -139,13 +139,15 @@ class RedisClaims:
         URL's master (the lease's, or the broker's when the claims share the broker)."""
         import redis
 
+        from celery_durable_beat.runs.redis_lua import LuaScript
+
         self.url = url
         self.client: Any = connect(url, transport_options, timeout=REDIS_TIMEOUT_S)
         self.errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
-        self._claim = self.client.register_script(_CLAIM)
-        self._settle = self.client.register_script(_SETTLE_MANY)
-        self._heartbeat = self.client.register_script(_HEARTBEAT)
-        self._release = self.client.register_script(_RELEASE)
+        self._claim = LuaScript(self.client, _CLAIM)
+        self._settle = LuaScript(self.client, _SETTLE_MANY)
+        self._heartbeat = LuaScript(self.client, _HEARTBEAT)
+        self._release = LuaScript(self.client, _RELEASE)
 
     @staticmethod
     def key(task_id: str) -> str:
@@ -160,7 +162,7 @@ class RedisClaims:
             keys.append(self.key(write.key.task_id))
             args += _settle_args(write)
         found = self._claim(keys=keys, args=args)
-        return None if found is None else parse_state(found)
+        return parse_state(found) if found else None  # Lua's false: nil, or RESP3's false
 
     def settle(self, write: RunWrite) -> bool:
         return bool(self._settle(keys=[self.key(write.key.task_id)], args=_settle_args(write)))
