@@ -13,12 +13,16 @@ appends to a file), so worker start-up and the last stragglers are left out. ``-
 each cell's pair N times (a fresh order each time) and reports the median of each column: one
 pair's ratio moves by up to ±0.2 between runs on a 2-core machine. ``--task-ms`` makes each run
 wait that long first (a task that waits on I/O); the target is measured with the no-op task.
+``--cpu`` also reports where the CPU went between the 10 % and 90 % marks, µs a tick, by
+process group (the worker's processes, Redis, PostgreSQL, RabbitMQ, the rest), read from
+``/proc`` (the services must run on this machine), the medians of each cell's pairs.
 
     .venv/bin/python bench/worker_rate.py                  # the whole matrix, 2,000 ticks
     .venv/bin/python bench/worker_rate.py --quick          # 600 ticks, prefork 2 and threads 4
     .venv/bin/python bench/worker_rate.py --pool solo:1 --claims redis --acks on
     .venv/bin/python bench/worker_rate.py --pairs 3        # the median of three pairs a cell
     .venv/bin/python bench/worker_rate.py --task-ms 5      # each run waits 5 ms first
+    .venv/bin/python bench/worker_rate.py --cpu            # and CPU a tick, by process
     .venv/bin/python bench/worker_rate.py --profile /tmp/prof ...   # py-spy, each worker
 
 PostgreSQL, Redis and RabbitMQ come from ``DURABLE_BEAT_TEST_PG``, ``DURABLE_BEAT_TEST_REDIS``
@@ -65,6 +69,8 @@ SCHEDULES = 100
 POOLS = ("prefork:2", "prefork:4", "threads:4", "solo:1")
 CLAIMS = {"redis": "the broker's Redis", "store": "PostgreSQL rows (RabbitMQ broker)"}
 DRAIN_S = 600.0
+GROUPS = ("worker", "redis", "postgres", "rabbitmq", "rest")
+_SERVICES = {"redis-server": "redis", "postgres": "postgres", "beam.smp": "rabbitmq"}
 
 
 @dataclass(frozen=True)
@@ -127,9 +133,40 @@ def worker_command(cell: Cell, queue: str, profile: Path | None) -> list[str]:
     return [*spy, "--", *command]
 
 
+def cpu_by_group(worker_pgrp: int) -> dict[str, float]:
+    """Seconds of CPU (user + system) each group of processes has used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used = dict.fromkeys(GROUPS, 0.0)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw[raw.rindex(")") + 2 :].split()
+        group = "worker" if int(fields[2]) == worker_pgrp else _SERVICES.get(comm, "rest")
+        used[group] += (int(fields[11]) + int(fields[12])) / tick
+    return used
+
+
+@dataclass
+class Run:
+    rate: float
+    cpu_us: dict[str, float]
+    """µs of CPU a tick by group between the 10 % and 90 % marks (empty without ``--cpu``)."""
+
+
 def one_run(
-    cell: Cell, guard: bool, count: int, workdir: Path, profile: Path | None, task_ms: float
-) -> float:
+    cell: Cell,
+    guard: bool,
+    count: int,
+    workdir: Path,
+    profile: Path | None,
+    task_ms: float,
+    cpu: bool = False,
+) -> Run:
     """Ticks a second over the middle 80 % of ``count`` runs by one worker."""
     store = make_db(PG)
     ensure_schema(store)
@@ -159,12 +196,15 @@ def one_run(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    marks: list[tuple[int, dict[str, float]]] = []
     try:
         deadline = time.monotonic() + DRAIN_S
-        while lines(ticks) < count:
+        while (done := lines(ticks)) < count:
             if time.monotonic() > deadline:
-                raise SystemExit(f"{cell.label()} guard={guard}: {lines(ticks)} of {count}")
-            time.sleep(0.2)  # a poll of the evidence file, on a deadline
+                raise SystemExit(f"{cell.label()} guard={guard}: {done} of {count}")
+            if cpu and done >= count // 10 * (1 + 8 * len(marks)) and len(marks) < 2:
+                marks.append((done, cpu_by_group(proc.pid)))
+            time.sleep(0.02 if cpu else 0.2)  # a poll of the evidence file, on a deadline
     finally:
         stop(proc, profile is not None)
         if cell.claims == "store":
@@ -172,7 +212,11 @@ def one_run(
         drop_db(PG, store)
     times = sorted(float(line) for line in ticks.read_text().split())
     skip = count // 10
-    return (count - 2 * skip) / (times[-skip - 1] - times[skip])
+    cpu_us = {}
+    if len(marks) == 2:
+        (first, before), (last, after) = marks
+        cpu_us = {g: (after[g] - before[g]) / max(1, last - first) * 1e6 for g in GROUPS}
+    return Run((count - 2 * skip) / (times[-skip - 1] - times[skip]), cpu_us)
 
 
 def stop(proc: subprocess.Popen[bytes], profiled: bool) -> None:
@@ -183,6 +227,23 @@ def stop(proc: subprocess.Popen[bytes], profiled: bool) -> None:
             proc.wait(60)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def cpu_lines(cell: Cell, runs: dict[bool, list[dict[str, float]]]) -> list[str]:
+    """One table row per variant measured: the median of each group over the pairs."""
+    rows = []
+    for guard in (False, True):
+        if not runs[guard]:
+            continue
+        median = {g: statistics.median(r[g] for r in runs[guard]) for g in GROUPS}
+        cols = " | ".join(f"{median[g]:.0f}" for g in GROUPS)
+        variant = "guarded" if guard else "plain"
+        acks = "on" if cell.acks_late else "off"
+        rows.append(
+            f"| {cell.pool} {variant} | {cell.claims} | {acks} | {cols} "
+            f"| {sum(median.values()):.0f} |"
+        )
+    return rows
 
 
 def cells(args: argparse.Namespace) -> list[Cell]:
@@ -217,6 +278,7 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, help="a folder for py-spy's stacks")
     parser.add_argument("--pairs", type=int, default=1, help="pairs a cell, medians reported")
     parser.add_argument("--task-ms", type=float, default=0.0, help="each run waits this long")
+    parser.add_argument("--cpu", action="store_true", help="CPU a tick by process group too")
     args = parser.parse_args()
     if args.pairs < 1 or args.task_ms < 0:
         parser.error("--pairs must be at least 1 and --task-ms at least 0")
@@ -231,9 +293,11 @@ def main() -> int:
     print("|---|---|---|---|---|---|")
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
+    cpu_rows: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         for cell in cells(args):
             plain, guarded, ratios = [], [], []
+            cpu_runs: dict[bool, list[dict[str, float]]] = {False: [], True: []}
             for _pair in range(args.pairs):
                 rates = {}
                 order = [False, True]
@@ -243,7 +307,10 @@ def main() -> int:
                     if args.profile:
                         tag = cell.label().replace(" ", "_").replace(":", "")
                         profile = args.profile / f"{tag}_{'guarded' if guard else 'plain'}.txt"
-                    rates[guard] = one_run(cell, guard, count, Path(tmp), profile, args.task_ms)
+                    run = one_run(cell, guard, count, Path(tmp), profile, args.task_ms, args.cpu)
+                    rates[guard] = run.rate
+                    if run.cpu_us:
+                        cpu_runs[guard].append(run.cpu_us)
                 plain.append(rates[False])
                 guarded.append(rates[True])
                 ratios.append(rates[True] / rates[False])
@@ -254,6 +321,12 @@ def main() -> int:
                 f"| {statistics.median(guarded):.0f} | {statistics.median(ratios):.2f}{spread} |",
                 flush=True,
             )
+            cpu_rows += cpu_lines(cell, cpu_runs)
+    if cpu_rows:
+        print("\nCPU a tick between the 10 % and 90 % marks, µs, medians of the pairs:\n")
+        print("| pool | claims | acks_late | worker | " + " | ".join(GROUPS[1:]) + " | all |")
+        print("|---|---|---|" + "---|" * len(GROUPS) + "---|")
+        print("\n".join(cpu_rows))
     print(f"uptime at the end: {uptime()}")
     return 0
 
