@@ -9,7 +9,10 @@ machine), for
 
 - the product's claim, one statement a tick (``DirectPg.claim``);
 - the same rule for N ticks in one statement (rows from ``unnest`` of one array per column, one
-  commit for all), N = 1, 4, 16, with the server's ``synchronous_commit`` and with it ``off``.
+  commit for all), N = 1, 4, 16, with the server's ``synchronous_commit`` and with it ``off``;
+- run-state writes (runs' ends, ``OWNER``), N in one call: ``DirectPg.write`` as it is (one
+  statement of N rows) against one pipelined ``executemany`` of N rows in a transaction (how
+  ``DirectPg.write`` wrote a batch before), N = 4, 16, 32.
 
     .venv/bin/python bench/claim_cost.py            # 3,000 ticks per line
     .venv/bin/python bench/claim_cost.py --ticks 600
@@ -37,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from celery_durable_beat.runs import pg_direct  # noqa: E402
-from celery_durable_beat.runs.base import RunState  # noqa: E402
+from celery_durable_beat.runs.base import RunState, WriteIf  # noqa: E402
 from celery_durable_beat.runs.sql import replace_run  # noqa: E402
 from celery_durable_beat.store.sql.engine import PG_NOW  # noqa: E402
 from celery_durable_beat.store.tables import runs  # noqa: E402
@@ -133,10 +136,37 @@ def main() -> int:
             for batch in (1, 4, 16):
                 label = f"{batch} a statement, synchronous_commit {commit}"
                 meter.run(label, ticks, lambda b=batch: _batches(conn, many, ticks, b))
+        conn.execute("SELECT set_config('synchronous_commit', 'on', false)")
+        print(
+            "\n| run-state writes (ends) | wall | this process's CPU | PostgreSQL backend's CPU |"
+        )
+        print("|---|---|---|---|")
+        for batch in (4, 16, 32):
+            label = f"{batch} a call, DirectPg.write"
+            meter.run(label, ticks, lambda b=batch: _writes(direct, ticks, b))
+            label = f"{batch} a call, one executemany"
+            meter.run(label, ticks, lambda b=batch: _executemany(conn, ticks, b))
         direct.close()
     finally:
         drop_db(PG, store)
     return 0
+
+
+def end(i: int) -> dict[str, Any]:
+    return {**one(i), "state": RunState.SUCCEEDED.value, "keep_ms": 10 * TTL_MS}
+
+
+def _writes(direct: pg_direct.DirectPg, ticks: int, batch: int) -> None:
+    for start in range(0, ticks, batch):
+        direct.write([(WriteIf.OWNER, end(i)) for i in range(start, start + batch)])
+
+
+def _executemany(conn: Any, ticks: int, batch: int) -> None:
+    statement = pg_direct.OWNER
+    for start in range(0, ticks, batch):
+        rows = [statement.params(end(i)) for i in range(start, start + batch)]
+        with conn.transaction(), conn.cursor() as cur:
+            cur.executemany(statement.sql, rows)
 
 
 def _singles(direct: pg_direct.DirectPg, ticks: int) -> None:

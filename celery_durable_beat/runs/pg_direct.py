@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import psycopg
-from sqlalchemy import BigInteger, String, and_, bindparam, or_, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import BigInteger, String, and_, bindparam, func, or_, select, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL
 
@@ -143,6 +143,39 @@ STATE = _compile(
 )
 
 
+_COLUMNS = ("task_id", "schedule_key", "tick_ms", "trigger", "state", "owner", "keep_ms")
+_ARRAYS = {name: f"{name}s" for name in _COLUMNS}
+"""The parameter of each column's array in the statements of many rows."""
+
+
+def _upsert_many(where: Any) -> Any:
+    """``_upsert`` for many rows in one statement: one array a column, unnested, in the order of
+    their task ids (concurrent statements lock shared rows in one order). The rows must have
+    distinct task ids: one ``INSERT … ON CONFLICT`` cannot change a row twice."""
+    kinds = {"tick_ms": BigInteger, "keep_ms": BigInteger}
+    arrays = [_param(_ARRAYS[name], ARRAY(kinds.get(name, String))) for name in _COLUMNS]
+    rows = func.unnest(*arrays).table_valued(*_COLUMNS).render_derived(name="batch")
+    stmt = insert(runs).from_select(
+        [*_COLUMNS[:5], "hostname", "updated_at_ms", "expires_at_ms"],
+        select(*[rows.c[name] for name in _COLUMNS[:6]], PG_NOW, PG_NOW + rows.c.keep_ms).order_by(
+            rows.c.task_id
+        ),
+    )
+    return replace_run(stmt, where)
+
+
+_WRITE_MANY = {
+    WriteIf.ALWAYS: _compile(_upsert_many(None)),
+    WriteIf.OWNER: _compile(_upsert_many(runs.c.hostname == insert(runs).excluded.hostname)),
+    WriteIf.UNLESS_ENDED_OTHERWISE: _compile(_upsert_many(_UNLESS_ENDED_OTHERWISE)),
+}
+"""Writes of one kind to many ticks, one statement (``UNFINISHED``, an update, has none)."""
+
+
+def _columns_of(rows: Sequence[Values]) -> dict[str, list[Any]]:
+    return {_ARRAYS[name]: [row[name] for row in rows] for name in _COLUMNS}
+
+
 _BROKEN = (psycopg.OperationalError, psycopg.InterfaceError)
 
 _WRITE = {
@@ -183,19 +216,15 @@ class DirectPg:
         return self.fetch_one(_SETTLE[write_if], values) is not None
 
     def write(self, writes: Sequence[tuple[WriteIf, Values]]) -> None:
-        """In order, in one transaction: each run of consecutive writes of one kind is one
-        ``executemany`` (one write alone is one autocommit statement)."""
+        """In order, in one transaction: each run of consecutive writes of one kind to distinct
+        ticks is one statement of many rows (``_WRITE_MANY``: a batch of 16 costs about half the
+        CPU a row of an ``executemany``, on both sides, ``docs/benchmarks.md``); ``UNFINISHED``
+        writes are one ``executemany``; one write alone is one autocommit statement."""
         if len(writes) == 1:
             write_if, values = writes[0]
             self.execute(_WRITE[write_if], values)
             return
-        groups: list[tuple[Compiled, list[Values]]] = []
-        for write_if, values in writes:
-            statement = _WRITE[write_if]
-            if not groups or groups[-1][0] is not statement:
-                groups.append((statement, []))
-            groups[-1][1].append(values)
-        self.execute_many(groups)
+        self.execute_many([_statement_of(write_if, rows) for write_if, rows in _groups(writes)])
 
     def release(self, task_id: str, owner: str) -> None:
         """``unknown``, expired at once, if ``owner`` still holds it."""
@@ -218,9 +247,13 @@ class DirectPg:
 
     def execute_many(self, batches: Sequence[tuple[Compiled, Sequence[Values]]]) -> None:
         """Every (statement, rows) of ``batches`` in one transaction, each one pipelined
-        ``executemany``."""
+        ``executemany``; one statement run once is atomic alone (autocommit, no ``BEGIN``)."""
         prepared = [(s.sql, [s.params(v) for v in rows]) for s, rows in batches if rows]
         if not prepared:
+            return
+        if len(prepared) == 1 and len(prepared[0][1]) == 1:
+            sql, (params,) = prepared[0]
+            self._run(lambda conn: conn.execute(sql, params))
             return
 
         def change(conn: psycopg.Connection[Any]) -> None:
@@ -285,6 +318,30 @@ class DirectPg:
             idle, self._idle = self._idle, []
         for conn in idle:
             conn.close()
+
+
+def _groups(writes: Sequence[tuple[WriteIf, Values]]) -> list[tuple[WriteIf, list[Values]]]:
+    """``writes`` in order, cut where the kind changes or (a kind written many rows to one
+    statement) a tick comes again."""
+    groups: list[tuple[WriteIf, list[Values]]] = []
+    ticks: set[str] = set()  # the task ids of the last group
+    for write_if, values in writes:
+        task_id = values["task_id"]
+        again = write_if in _WRITE_MANY and task_id in ticks
+        if not groups or groups[-1][0] is not write_if or again:
+            groups.append((write_if, []))
+            ticks = set()
+        groups[-1][1].append(values)
+        ticks.add(task_id)
+    return groups
+
+
+def _statement_of(write_if: WriteIf, rows: list[Values]) -> tuple[Compiled, Sequence[Values]]:
+    """The statement for one group of ``DirectPg.write`` and the parameters it runs with."""
+    many = _WRITE_MANY.get(write_if)
+    if many is None or len(rows) == 1:
+        return _WRITE[write_if], rows
+    return many, [_columns_of(rows)]
 
 
 def _state(value: str | None) -> RunState:

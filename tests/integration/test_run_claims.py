@@ -7,6 +7,7 @@ claims kept apart from tracking."""
 
 from __future__ import annotations
 
+import random
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -166,6 +167,32 @@ def test_a_retried_tick_is_claimed_by_its_retry_only(claims: Claims) -> None:
 
 
 # -- Claims: rules 2-6 ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_many_writes_in_one_call_apply_as_in_turn(claims: Claims, seed: int) -> None:
+    """``settle_many`` (the background flusher's batches) applies its writes in order, as one
+    at a time would: the store groups them into statements of many rows, cut where the kind
+    changes or a tick comes again. The in-memory claims, which apply each in turn, are the
+    reference."""
+    rng = random.Random(seed)
+    ticks = [key(T0 + i * MINUTE, name=f"batch-{seed}") for i in range(4)]
+    kinds = [WriteIf.ALWAYS, WriteIf.OWNER, WriteIf.UNFINISHED, WriteIf.UNLESS_ENDED_OTHERWISE]
+    states = [RunState.STARTED, RunState.SUCCEEDED, RunState.FAILED, RunState.RETRIED]
+    writes = [
+        RunWrite(
+            rng.choice(ticks),
+            rng.choice(states),
+            rng.choice(["w1", "w2", "w3"]),
+            MINUTE,
+            rng.choice(kinds[:2] * 3 + kinds[2:]),  # mostly the flusher's two kinds
+        )
+        for _ in range(40)
+    ]
+    reference = MemoryRuns()
+    reference.settle_many(writes)
+    claims.settle_many(writes)
+    assert [claims.state(k.task_id) for k in ticks] == [reference.state(k.task_id) for k in ticks]
 
 
 def test_owner_writes_leave_other_owners_claims_alone(claims: Claims) -> None:
