@@ -216,10 +216,11 @@ class DirectPg:
         return self.fetch_one(_SETTLE[write_if], values) is not None
 
     def write(self, writes: Sequence[tuple[WriteIf, Values]]) -> None:
-        """In order, in one transaction: each run of consecutive writes of one kind to distinct
-        ticks is one statement of many rows (``_WRITE_MANY``: a batch of 16 costs about half the
-        CPU a row of an ``executemany``, on both sides, ``docs/benchmarks.md``); ``UNFINISHED``
-        writes are one ``executemany``; one write alone is one autocommit statement."""
+        """In one transaction, each tick's writes in order: grouped by kind (``_groups``), a
+        group one statement of many rows (``_WRITE_MANY``: 16 rows cost about 60 % of the CPU a
+        row of an ``executemany`` here, and half on the server's side, ``bench/claim_cost.py``)
+        or, for ``UNFINISHED``, one ``executemany``; one write alone is one autocommit
+        statement."""
         if len(writes) == 1:
             write_if, values = writes[0]
             self.execute(_WRITE[write_if], values)
@@ -321,18 +322,22 @@ class DirectPg:
 
 
 def _groups(writes: Sequence[tuple[WriteIf, Values]]) -> list[tuple[WriteIf, list[Values]]]:
-    """``writes`` in order, cut where the kind changes or (a kind written many rows to one
-    statement) a tick comes again."""
+    """``writes`` as few statements as the order allows: each write joins the first group of
+    its kind after the last group holding a write of its tick, else starts a new group. Writes
+    of different ticks touch different rows, so only each tick's own order matters: it is kept
+    (its writes land in later and later groups, never two in one), and the flusher's usual
+    batch — claims' ``started`` and ends mixed — becomes a statement or two."""
     groups: list[tuple[WriteIf, list[Values]]] = []
-    ticks: set[str] = set()  # the task ids of the last group
+    last: dict[str, int] = {}  # task id -> the group of its latest write
     for write_if, values in writes:
         task_id = values["task_id"]
-        again = write_if in _WRITE_MANY and task_id in ticks
-        if not groups or groups[-1][0] is not write_if or again:
+        after = last.get(task_id, -1)
+        found = next((i for i in range(after + 1, len(groups)) if groups[i][0] is write_if), None)
+        if found is None:
             groups.append((write_if, []))
-            ticks = set()
-        groups[-1][1].append(values)
-        ticks.add(task_id)
+            found = len(groups) - 1
+        groups[found][1].append(values)
+        last[task_id] = found
     return groups
 
 
