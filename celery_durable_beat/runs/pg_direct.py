@@ -7,7 +7,7 @@ trips and about half a millisecond of the pool process's CPU, twice a tick (benc
 measured the store-claims worker at 0.05-0.14x a plain worker). Here each transition is one
 autocommit statement (atomic on its own: ``INSERT … ON CONFLICT … DO UPDATE … WHERE`` or a keyed
 ``UPDATE``) on a connection of this process's own small pool; psycopg prepares it on the server
-after a few uses. A batch of writes is one pipelined ``executemany`` in one transaction. The
+after a few uses. A batch of writes is one transaction of a statement or two (``write``). The
 statements are SQLAlchemy Core (no SQL written as text), compiled once for psycopg when the
 module is imported.
 
@@ -217,10 +217,10 @@ class DirectPg:
 
     def write(self, writes: Sequence[tuple[WriteIf, Values]]) -> None:
         """In one transaction, each tick's writes in order: grouped by kind (``_groups``), a
-        group one statement of many rows (``_WRITE_MANY``: 16 rows cost about 60 % of the CPU a
-        row of an ``executemany`` here, and half on the server's side, ``bench/claim_cost.py``)
-        or, for ``UNFINISHED``, one ``executemany``; one write alone is one autocommit
-        statement."""
+        group one statement of many rows (``_WRITE_MANY``: 4-32 rows cost 10-30 % less CPU a
+        row than an ``executemany`` here, 35-50 % less on the server's side,
+        ``bench/claim_cost.py``) or, for ``UNFINISHED``, one ``executemany``; one write alone is
+        one autocommit statement."""
         if len(writes) == 1:
             write_if, values = writes[0]
             self.execute(_WRITE[write_if], values)
