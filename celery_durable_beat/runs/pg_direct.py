@@ -7,7 +7,7 @@ trips and about half a millisecond of the pool process's CPU, twice a tick (benc
 measured the store-claims worker at 0.05-0.14x a plain worker). Here each transition is one
 autocommit statement (atomic on its own: ``INSERT … ON CONFLICT … DO UPDATE … WHERE`` or a keyed
 ``UPDATE``) on a connection of this process's own small pool; psycopg prepares it on the server
-after a few uses. A batch of writes is one transaction of a statement or two (``write``). The
+after a few uses. A batch of writes is one transaction of few statements (``write``). The
 statements are SQLAlchemy Core (no SQL written as text), compiled once for psycopg when the
 module is imported.
 
@@ -150,8 +150,8 @@ _ARRAYS = {name: f"{name}s" for name in _COLUMNS}
 
 def _upsert_many(where: Any) -> Any:
     """``_upsert`` for many rows in one statement: one array a column, unnested, in the order of
-    their task ids (concurrent statements lock shared rows in one order). The rows must have
-    distinct task ids: one ``INSERT … ON CONFLICT`` cannot change a row twice."""
+    their task ids (two such statements lock the rows they share in one order). The rows must
+    have distinct task ids: one ``INSERT … ON CONFLICT`` cannot change a row twice."""
     kinds = {"tick_ms": BigInteger, "keep_ms": BigInteger}
     arrays = [_param(_ARRAYS[name], ARRAY(kinds.get(name, String))) for name in _COLUMNS]
     rows = func.unnest(*arrays).table_valued(*_COLUMNS).render_derived(name="batch")
@@ -217,8 +217,8 @@ class DirectPg:
 
     def write(self, writes: Sequence[tuple[WriteIf, Values]]) -> None:
         """In one transaction, each tick's writes in order: grouped by kind (``_groups``), a
-        group one statement of many rows (``_WRITE_MANY``: 4-32 rows cost 10-30 % less CPU a
-        row than an ``executemany`` here, 35-50 % less on the server's side,
+        group one statement of many rows (``_WRITE_MANY``: 4-32 ends cost 30-43 % less CPU a
+        row than an ``executemany`` here, about a third less on the server's side,
         ``bench/claim_cost.py``) or, for ``UNFINISHED``, one ``executemany``; one write alone is
         one autocommit statement."""
         if len(writes) == 1:
@@ -322,11 +322,12 @@ class DirectPg:
 
 
 def _groups(writes: Sequence[tuple[WriteIf, Values]]) -> list[tuple[WriteIf, list[Values]]]:
-    """``writes`` as few statements as the order allows: each write joins the first group of
-    its kind after the last group holding a write of its tick, else starts a new group. Writes
-    of different ticks touch different rows, so only each tick's own order matters: it is kept
-    (its writes land in later and later groups, never two in one), and the flusher's usual
-    batch — claims' ``started`` and ends mixed — becomes a statement or two."""
+    """``writes`` in few statements: each write joins the first group of its kind after the
+    last group holding a write of its tick, else starts a new group (first fit, not always the
+    fewest). Writes of different ticks touch different rows, so only each tick's own order
+    matters: it is kept (its writes land in later and later groups, never two in one), and the
+    flusher's usual batch — claims' ``started`` and ends mixed, each tick once — becomes two
+    statements."""
     groups: list[tuple[WriteIf, list[Values]]] = []
     last: dict[str, int] = {}  # task id -> the group of its latest write
     for write_if, values in writes:

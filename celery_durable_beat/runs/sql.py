@@ -16,8 +16,8 @@ one per process (after the prefork fork), the beat's overlap gate one on first u
 The worker's transitions (claim, write, settle, release, heartbeat) are its hot path: on
 PostgreSQL through psycopg they skip SQLAlchemy's connection and statement machinery
 (``pg_direct.py``: one autocommit statement each, compiled once per process, a batch of writes
-one statement per kind of write); on SQLite (and another PostgreSQL driver) they are the same
-statements through SQLAlchemy, below.
+few statements, ``pg_direct.DirectPg.write``); on SQLite (and another PostgreSQL driver) they
+are the same statements through SQLAlchemy, below.
 """
 
 from __future__ import annotations

@@ -171,10 +171,9 @@ def test_a_retried_tick_is_claimed_by_its_retry_only(claims: Claims) -> None:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_many_writes_in_one_call_apply_as_in_turn(claims: Claims, seed: int) -> None:
-    """``settle_many`` (the background flusher's batches) applies its writes in order, as one
-    at a time would: the store groups them into statements of many rows, cut where the kind
-    changes or a tick comes again. The in-memory claims, which apply each in turn, are the
-    reference."""
+    """``settle_many`` (the background flusher's batches) applies its writes as one at a time
+    would: the store groups them by kind into statements of many rows, each tick's writes in
+    order. The in-memory claims, which apply each in turn, are the reference."""
     rng = random.Random(seed)
     ticks = [key(T0 + i * MINUTE, name=f"batch-{seed}") for i in range(4)]
     kinds = [WriteIf.ALWAYS, WriteIf.OWNER, WriteIf.UNFINISHED, WriteIf.UNLESS_ENDED_OTHERWISE]
@@ -193,6 +192,44 @@ def test_many_writes_in_one_call_apply_as_in_turn(claims: Claims, seed: int) -> 
     reference.settle_many(writes)
     claims.settle_many(writes)
     assert [claims.state(k.task_id) for k in ticks] == [reference.state(k.task_id) for k in ticks]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_many_writes_in_one_call_leave_the_rows_one_at_a_time_would(
+    runs: SqlRunStore, seed: int
+) -> None:
+    """Every column of the rows the statements of many rows write (PostgreSQL: ``pg_url``), as
+    the in-memory store writes them one at a time; some writes expire their row at once, so the
+    rules that compare expiry run too."""
+    rng = random.Random(seed)
+    ticks = [key(T0 + i * MINUTE, name=f"rows-{seed}") for i in range(5)]
+    kinds = [WriteIf.ALWAYS, WriteIf.OWNER, WriteIf.UNFINISHED, WriteIf.UNLESS_ENDED_OTHERWISE]
+    writes = [
+        RunWrite(
+            rng.choice(ticks),
+            rng.choice([RunState.STARTED, RunState.SUCCEEDED, RunState.FAILED]),
+            rng.choice(["w1", "w2"]),
+            rng.choice([MINUTE, MINUTE, 2 * MINUTE, -1]),
+            rng.choice(kinds[:2] * 3 + kinds[2:]),
+        )
+        for _ in range(60)
+    ]
+    reference = MemoryRuns()
+    reference.write(writes)
+    runs.write(writes)
+    for k in ticks:
+        want, got = reference.get_run(k.task_id), runs.get_run(k.task_id)
+        if want is None or got is None:
+            assert want is got is None
+            continue
+        assert (got.schedule_key, got.tick_ms, got.trigger) == (
+            want.schedule_key,
+            want.tick_ms,
+            want.trigger,
+        )
+        assert (got.state, got.owner) == (want.state, want.owner)
+        assert got.expires_at_ms is not None and want.expires_at_ms is not None
+        assert got.expires_at_ms - got.updated_at_ms == want.expires_at_ms - want.updated_at_ms
 
 
 def test_owner_writes_leave_other_owners_claims_alone(claims: Claims) -> None:

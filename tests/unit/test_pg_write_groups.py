@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from celery_durable_beat.runs.base import WriteIf
 from celery_durable_beat.runs.pg_direct import _groups
+
+pytestmark = pytest.mark.unit
 
 Write = tuple[WriteIf, dict[str, Any]]
 
