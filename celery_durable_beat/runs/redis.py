@@ -37,6 +37,9 @@ local function settle_one(key, owner, value, ttl, mode)
     local state = v and string.match(v, '^([^|]*)|')
     ok = v and state ~= 'succeeded' and state ~= 'failed' and state ~= 'revoked'
       and state ~= 'expired'
+    if ok then  -- the row keeps its owner, as the store's update does
+      value = string.match(value, '^[^|]*|[^|]*|') .. string.match(v, '^[^|]*|[^|]*|(.*)$')
+    end
   elseif mode == 'unless_ended_otherwise' then
     local state = v and string.match(v, '^([^|]*)|')
     ok = (not v) or state == string.match(value, '^([^|]*)|') or (state ~= 'succeeded'
