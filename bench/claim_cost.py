@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import procstat
 from pgdb import drop_db, make_db
 from sqlalchemy import BigInteger, String, and_, func, literal, or_, select
 from sqlalchemy.dialects.postgresql import ARRAY, insert
@@ -98,11 +99,10 @@ class Meter:
     """Wall, this process's CPU and one backend's CPU over a block, per tick."""
 
     def __init__(self, backend_pid: int) -> None:
-        self.stat = Path(f"/proc/{backend_pid}/stat")
+        self.backend_pid = backend_pid
 
     def backend_cpu(self) -> float:
-        fields = self.stat.read_text().split()
-        return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+        return procstat.cpu_of(self.backend_pid)
 
     def run(self, label: str, ticks: int, block: Callable[[], None]) -> None:
         w0, c0, b0 = time.perf_counter(), time.process_time(), self.backend_cpu()

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import procstat
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,11 +38,6 @@ from celery_durable_beat.runs.redis import RedisClaims  # noqa: E402
 REDIS = os.environ.get("DURABLE_BEAT_TEST_REDIS", "redis://127.0.0.1:6379/14")
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def spin(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
@@ -51,7 +47,7 @@ def spin(seconds: float) -> None:
 def measure(claims: RedisClaims, count: int, gap_s: float, server: int) -> tuple[float, ...]:
     """µs a claim: wall, this process's CPU, the server's CPU (the gaps taken out)."""
     previous: list[RunWrite] = []
-    wall, cpu, other = time.perf_counter(), time.process_time(), cpu_s(server)
+    wall, cpu, other = time.perf_counter(), time.process_time(), procstat.cpu_of(server)
     for i in range(count):
         spin(gap_s)
         key = RunKey(uuid.uuid4().hex, "bench", i, "schedule")
@@ -62,7 +58,7 @@ def measure(claims: RedisClaims, count: int, gap_s: float, server: int) -> tuple
     spent = gap_s * count
     wall = time.perf_counter() - wall - spent
     cpu = time.process_time() - cpu - spent
-    return wall / count * 1e6, cpu / count * 1e6, (cpu_s(server) - other) / count * 1e6
+    return wall / count * 1e6, cpu / count * 1e6, (procstat.cpu_of(server) - other) / count * 1e6
 
 
 def through_script(claims: RedisClaims) -> None:

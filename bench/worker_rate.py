@@ -46,6 +46,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import procstat
 import redis
 from celery import Celery
 from pgdb import drop_db, make_db
@@ -135,19 +136,14 @@ def worker_command(cell: Cell, queue: str, profile: Path | None) -> list[str]:
 
 def cpu_by_group(worker_pgrp: int) -> dict[str, float]:
     """Seconds of CPU (user + system) each group of processes has used so far."""
-    tick = os.sysconf("SC_CLK_TCK")
     used = dict.fromkeys(GROUPS, 0.0)
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "stat").read_text()
-        except OSError:
-            continue  # ended meanwhile
-        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
-        fields = raw[raw.rindex(")") + 2 :].split()
+        found = procstat.read(entry.name) if entry.name.isdigit() else None
+        if found is None:
+            continue  # not a process, or it ended meanwhile
+        comm, fields = found
         group = "worker" if int(fields[2]) == worker_pgrp else _SERVICES.get(comm, "rest")
-        used[group] += (int(fields[11]) + int(fields[12])) / tick
+        used[group] += procstat.cpu_seconds(fields)
     return used
 
 
