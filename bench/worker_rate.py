@@ -134,16 +134,31 @@ def worker_command(cell: Cell, queue: str, profile: Path | None) -> list[str]:
     return [*spy, "--", *command]
 
 
-def cpu_by_group(worker_pgrp: int) -> dict[str, float]:
-    """Seconds of CPU (user + system) each group of processes has used so far."""
-    used = dict.fromkeys(GROUPS, 0.0)
+Reading = dict[tuple[str, str], tuple[str, float]]
+"""Each process's group and CPU seconds so far, keyed by (pid, start time): a pid reused meanwhile
+is another process."""
+
+
+def cpu_reading(worker_pgrp: int) -> Reading:
+    """Every process's group and CPU (user + system) seconds used so far."""
+    found: Reading = {}
     for entry in Path("/proc").iterdir():
-        found = procstat.read(entry.name) if entry.name.isdigit() else None
-        if found is None:
+        stat = procstat.read(entry.name) if entry.name.isdigit() else None
+        if stat is None:
             continue  # not a process, or it ended meanwhile
-        comm, fields = found
+        comm, fields = stat
         group = "worker" if int(fields[2]) == worker_pgrp else _SERVICES.get(comm, "rest")
-        used[group] += procstat.cpu_seconds(fields)
+        found[(entry.name, fields[19])] = (group, procstat.cpu_seconds(fields))
+    return found
+
+
+def cpu_between(before: Reading, after: Reading) -> dict[str, float]:
+    """CPU seconds each group used between two readings: each process's own growth, so a process
+    that ended between them counts nothing rather than minus all it ever used (its last moments
+    are lost: /proc no longer has them)."""
+    used = dict.fromkeys(GROUPS, 0.0)
+    for key, (group, seconds) in after.items():
+        used[group] += seconds - before.get(key, (group, 0.0))[1]
     return used
 
 
@@ -192,14 +207,14 @@ def one_run(
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    marks: list[tuple[int, dict[str, float]]] = []
+    marks: list[tuple[int, Reading]] = []
     try:
         deadline = time.monotonic() + DRAIN_S
         while (done := lines(ticks)) < count:
             if time.monotonic() > deadline:
                 raise SystemExit(f"{cell.label()} guard={guard}: {done} of {count}")
             if cpu and done >= count // 10 * (1 + 8 * len(marks)) and len(marks) < 2:
-                marks.append((done, cpu_by_group(proc.pid)))
+                marks.append((done, cpu_reading(proc.pid)))
             time.sleep(0.02 if cpu else 0.2)  # a poll of the evidence file, on a deadline
     finally:
         stop(proc, profile is not None)
@@ -211,7 +226,8 @@ def one_run(
     cpu_us = {}
     if len(marks) == 2:
         (first, before), (last, after) = marks
-        cpu_us = {g: (after[g] - before[g]) / max(1, last - first) * 1e6 for g in GROUPS}
+        between = cpu_between(before, after)
+        cpu_us = {g: between[g] / max(1, last - first) * 1e6 for g in GROUPS}
     return Run((count - 2 * skip) / (times[-skip - 1] - times[skip]), cpu_us)
 
 
