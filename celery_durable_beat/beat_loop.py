@@ -92,8 +92,11 @@ class RoundObserver(Protocol):
 class Redeliverer(Protocol):
     """The redelivery sweep as the loop sees it (``redelivery_sweep.RedeliverySweep``)."""
 
-    def maybe_sweep(self, now_ms: int, epoch: int) -> Sequence[AuditEvent]:
-        """Sweep if it is time; the redeliveries recorded. Raises ``StaleEpoch`` if fenced."""
+    def maybe_sweep(
+        self, now_ms: int, epoch: int, leads: Callable[[], bool] = ...
+    ) -> Sequence[AuditEvent]:
+        """Sweep if it is time, publishing only while ``leads()``; the redeliveries recorded.
+        Raises ``StaleEpoch`` if fenced."""
 
     def close(self) -> None:
         """Release what the sweep holds; idempotent."""
@@ -306,7 +309,9 @@ class BeatLoop:
         """Let the sweep send lost ticks again, as the leader of this epoch (fenced)."""
         if self.redelivery is None or not self.leadership.still_leader():
             return
-        events = self.redelivery.maybe_sweep(now_ms, self.leadership.epoch)
+        events = self.redelivery.maybe_sweep(
+            now_ms, self.leadership.epoch, self.leadership.still_leader
+        )
         if events:
             self._observe(self.observer.redelivered, events)
 

@@ -1,7 +1,7 @@
 """The leader's redelivery sweep (SPEC §6): a step of the beat loop, at most every few seconds.
 
-``RedeliverySweep.maybe_sweep(now_ms, epoch)`` does nothing until ``policy.sweep_ms`` has passed
-since the last sweep; then:
+``RedeliverySweep.maybe_sweep(now_ms, epoch, leads)`` does nothing until ``policy.sweep_ms`` has
+passed since the last sweep; then:
 
 1. one indexed read of the watched ticks whose recheck is due (``RoundStore`` rule 11), at most
    ``limit`` (the rest wait for the next sweep, which then comes at the next call instead of in
@@ -13,7 +13,10 @@ since the last sweep; then:
    claimed between the two is never taken for lost;
 3. the pure decision for each (``redelivery.decide`` on the evidence of ``redelivery.py``);
 4. the lost ones published again in one publish session, confirmed, with their own message and
-   task id (``redelivery.redelivery_message``);
+   task id (``redelivery.redelivery_message``), each only while ``leads()`` still says this
+   process holds the lease: the reads before may have taken long enough for it to lapse, and a
+   deposed leader publishes nothing, as the dispatcher checks before each publish (one not sent
+   is a lost tick still, tried again at the next sweep, by whoever leads then);
 5. one fenced write (rule 11): a record per confirmed redelivery (outcome ``enqueued``, trigger
    ``redeliver``, detail ``{"redelivery": n}``) and every candidate's next recheck. A stale
    epoch raises ``StaleEpoch`` (the loop stands by); the publishes already made are the same
@@ -91,8 +94,11 @@ class RedeliverySweep:
         self._next_ms: int | None = None
         self._warned: set[str] = set()
 
-    def maybe_sweep(self, now_ms: int, epoch: int) -> list[AuditEvent]:
-        """Sweep if it is time (module docstring); the redeliveries recorded."""
+    def maybe_sweep(
+        self, now_ms: int, epoch: int, leads: Callable[[], bool] = lambda: True
+    ) -> list[AuditEvent]:
+        """Sweep if it is time (module docstring); the redeliveries recorded. ``leads``: whether
+        this process still holds the lease (asked before each publish)."""
         if self._next_ms is not None and now_ms < self._next_ms:
             return []
         self._next_ms = now_ms + self.policy.sweep_ms
@@ -124,7 +130,7 @@ class RedeliverySweep:
         for c in candidates:
             if decisions[c.task_id].verdict is Verdict.CLAIMED and queues[c.task_id]:
                 self.fifo.seen_claimed(_key(queues[c.task_id]), c.sent_ms, now_ms)
-        sent = self._publish(candidates, decisions, messages)
+        sent = self._publish(candidates, decisions, messages, leads)
         events = [_event(c) for c in candidates if c.task_id in sent]
         rechecks = [self._recheck(c, decisions[c.task_id], c.task_id in sent, now_ms)
                     for c in candidates]  # fmt: skip
@@ -184,15 +190,22 @@ class RedeliverySweep:
         candidates: Sequence[RedeliveryCandidate],
         decisions: Mapping[str, Decision],
         messages: Mapping[str, TickMessage | None],
+        leads: Callable[[], bool],
     ) -> set[str]:
-        """Publish the lost ticks again; the task ids the broker confirmed."""
+        """Publish the lost ticks again while this process leads; the task ids the broker
+        confirmed."""
         lost = [messages[c.task_id] for c in candidates
                 if decisions[c.task_id].verdict is Verdict.LOST]  # fmt: skip
         out = [m for m in lost if m is not None]
         if not out:
             return set()
+        accepted: list[str] = []
         with self.publisher.session() as session:
-            accepted = [m.task_id for m in out if session.publish(m) is None]
+            for message in out:
+                if not leads():
+                    break
+                if session.publish(message) is None:
+                    accepted.append(message.task_id)
             if session.confirm() is not None:
                 return set()
         return set(accepted)

@@ -125,7 +125,7 @@ class RoundStore(Protocol):
     8. **Pruning is bounded per statement, not per schedule.** ``prune_history`` removes the
        surplus of many schedules with one statement per ``PRUNE_CHUNK`` names, so its cost
        follows the number of chunks, never one round trip per schedule; what survives is
-       ``rules.prunable``'s choice.
+       ``rules.prunable``'s choice (a record still watched for redelivery, rule 11, always).
     11. **Redelivery is watched through the first record, fenced.** An ``enqueued`` event given
         to ``settle`` with ``recheck_ms`` is watched: ``redelivery_candidates(now_ms, limit)``
         returns at most ``limit`` watched records whose ``recheck_ms <= now_ms``, earliest

@@ -382,14 +382,13 @@ class MemoryStore:
             for key in sorted({name_key(name) for name in names}):
                 events = self._events.get(key, [])
                 row = self._rows.get(key)
-                drop = prunable(events, keep, None if row is None else row.next_tick_ms)
+                next_tick = None if row is None else row.next_tick_ms
+                drop = prunable(events, keep, next_tick, self._watched.keys())
                 if drop:
                     self._events[key] = [event for event in events if event.id not in drop]
                     for event in events:
                         if event.id in drop and self._enqueued.get(event.task_id or "") is event:
                             self._enqueued.pop(event.task_id or "", None)
-                        if event.id in drop:
-                            self._watched.pop(event.id, None)
                     removed += len(drop)
         return removed
 

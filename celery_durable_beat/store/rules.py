@@ -13,7 +13,7 @@ contract tests.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -321,11 +321,18 @@ def _skipped(
     )
 
 
-def prunable(events: Sequence[StoredEvent], keep: int, next_tick_ms: int | None) -> set[int]:
+def prunable(
+    events: Sequence[StoredEvent],
+    keep: int,
+    next_tick_ms: int | None,
+    watched: Collection[int] = frozenset(),
+) -> set[int]:
     """Rule 8's choice for one schedule, the reference of ``store/sql/admin._prunable``'s query:
     the events older than the ``keep`` newest, except the newest automatic ``enqueued`` one (the
-    overlap gate finds the previous run through it) and any at or after the schedule's next
-    tick (the dedup proof of a tick whose advance has not landed yet)."""
+    overlap gate finds the previous run through it), any at or after the schedule's next tick
+    (the dedup proof of a tick whose advance has not landed yet) and any the redelivery sweep
+    still watches (``watched``, ids with a recheck: rule 11; pruned, a lost tick would never be
+    sent again)."""
     newest_enqueued = max(
         (e.id for e in events if e.outcome is Outcome.ENQUEUED and e.trigger is Trigger.AUTO),
         default=-1,
@@ -338,5 +345,8 @@ def prunable(events: Sequence[StoredEvent], keep: int, next_tick_ms: int | None)
     return {
         e.id
         for e in events
-        if e.id != newest_enqueued and e.tick_ms < limit and (threshold is None or e.id < threshold)
+        if e.id != newest_enqueued
+        and e.id not in watched
+        and e.tick_ms < limit
+        and (threshold is None or e.id < threshold)
     }

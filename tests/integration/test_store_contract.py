@@ -724,6 +724,21 @@ def test_prune_history_keeps_what_the_round_relies_on(store: Store) -> None:
     assert (50, "enqueued") not in kept  # before the next tick and not the newest: prunable
 
 
+def test_prune_history_keeps_a_record_the_redelivery_sweep_watches(store: Store) -> None:
+    add(store, "job", 10_000)  # every record below is before the next tick: prunable by age
+    store.register_epoch(1)
+    store.settle([enqueued("job", 1_000, recheck_ms=5_000)], (), epoch=1)  # watched
+    store.settle([enqueued("job", tick) for tick in range(2_000, 2_010)], (), epoch=1)
+    store.prune_history(["job"], keep=0)
+    kept = [e.tick_ms for e in store.history("job", limit=50)]
+    assert kept == [2_009, 1_000]  # the newest enqueued one, and the watched one
+    (c,) = store.redelivery_candidates(5_000, 10)
+    assert c.tick_ms == 1_000  # still found: pruned, a lost tick would never be sent again
+    store.settle_redeliveries((), [Recheck(c.record_id, None, c.sent_ms, 0)], epoch=1)
+    store.prune_history(["job"], keep=0)  # its watch ended: prunable like any other
+    assert [e.tick_ms for e in store.history("job", limit=50)] == [2_009]
+
+
 def test_counts_by_state_lists_every_state(store: Store) -> None:
     assert store.counts_by_state() == {"active": 0, "paused": 0, "archived": 0, "quarantined": 0}
     add(store, "a", 1_000)

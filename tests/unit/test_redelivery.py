@@ -3,7 +3,7 @@ backends, store rule 11 on the memory store, the settings' errors and ``check``'
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -168,9 +168,9 @@ class Beat:
         Dispatcher(self.store, self.publisher, redeliver_after_ms=AFTER).run_round(T0, 1)
         self.task_id = tick_task_id("tick", T0)
 
-    def at(self, now: int, epoch: int = 1) -> list[Any]:
+    def at(self, now: int, epoch: int = 1, leads: Callable[[], bool] = lambda: True) -> list[Any]:
         self.now = now
-        return list(self.sweep.maybe_sweep(now, epoch))
+        return list(self.sweep.maybe_sweep(now, epoch, leads))
 
     def redeliveries(self) -> list[Any]:
         return [e for e in self.store.history("tick", 100) if e.trigger is Trigger.REDELIVER]
@@ -243,6 +243,24 @@ def test_a_stale_leader_sweeps_nothing_into_the_store() -> None:
     with pytest.raises(StaleEpoch):
         beat.at(T0 + AFTER + 5_000, epoch=1)
     assert beat.redeliveries() == []
+
+
+def test_a_leader_whose_lease_lapsed_during_the_sweep_publishes_nothing() -> None:
+    beat = Beat(probe=Probe())
+    beat.at(T0 + AFTER)  # absent once
+    asked: list[int] = []
+
+    def lapsed() -> bool:  # the lease ran out while the sweep read and probed
+        asked.append(1)
+        return False
+
+    assert beat.at(T0 + AFTER + 5_000, leads=lapsed) == []
+    assert asked, "the lease is asked before the publish"
+    assert [m.task_id for m in beat.publisher.messages] == [beat.task_id]  # the first only
+    assert beat.redeliveries() == []
+    (event,) = beat.at(T0 + AFTER + 10_000)  # the next sweep of a leader: still lost, sent
+    assert event.task_id == beat.task_id
+    assert [m.task_id for m in beat.publisher.messages] == [beat.task_id, beat.task_id]
 
 
 @pytest.mark.parametrize(

@@ -319,9 +319,10 @@ def prune_history(conn: Connection, names: Sequence[str], keep: int) -> int:
     """One DELETE per ``PRUNE_CHUNK`` schedules, below each one's ``keep``-th newest event.
 
     What survives is ``rules.prunable``'s choice (the memory store calls it; the contract tests
-    hold this query to it): the newest automatic ``enqueued`` record and every record at or after
-    the schedule's next tick, whatever ``keep`` says. A window over each schedule's records (the
-    ``(schedule_key, id)`` index) ranks them, so one statement settles hundreds of schedules.
+    hold this query to it): the newest automatic ``enqueued`` record, every record at or after
+    the schedule's next tick and every record the redelivery sweep still watches (rule 11),
+    whatever ``keep`` says. A window over each schedule's records (the ``(schedule_key, id)``
+    index) ranks them, so one statement settles hundreds of schedules.
     """
     check_at_least("keep", keep, 0)
     removed = 0
@@ -348,6 +349,7 @@ def _prunable(keys: list[str], keep: int, postgres: bool) -> Any:
         select(
             audit.c.id,
             audit.c.tick_ms,
+            audit.c.recheck_ms,
             own.label("key"),
             func.row_number().over(partition_by=own, order_by=audit.c.id.desc()).label("rank"),
             func.max(case((auto_enqueued, audit.c.id), else_=None))
@@ -364,6 +366,7 @@ def _prunable(keys: list[str], keep: int, postgres: bool) -> Any:
         .where(
             ranked.c.rank > keep,
             ranked.c.id != func.coalesce(ranked.c.newest_enqueued, -1),
+            ranked.c.recheck_ms.is_(None),  # still watched for redelivery (rule 11)
             ranked.c.tick_ms < next_tick,
         )
     )
