@@ -9,8 +9,10 @@ passed since the last sweep; then:
    still sees each in time): an idle sweep is that one probe;
 2. on a Redis broker, one probe of the broker for their messages (``BrokerProbe``, one snapshot
    per queue), *then* the runs port for which of them a worker has claimed (any run state in
-   tracking; with Redis claims, the claim keys of the rest): read after the probe, so a tick
-   claimed between the two is never taken for lost;
+   tracking; with Redis claims, the claims' markers of the rest, one ``MGET``: a claim whose
+   worker died before its run state reached tracking has lapsed after ``run_ttl``, its marker
+   lasts ``dedup_ttl``): read after the probe, so a tick claimed between the two is never taken
+   for lost;
 3. the pure decision for each (``redelivery.decide`` on the evidence of ``redelivery.py``);
 4. the lost ones published again in one publish session, confirmed, with their own message and
    task id (``redelivery.redelivery_message``), each only while ``leads()`` still says this
@@ -173,7 +175,7 @@ class RedeliverySweep:
         try:
             claimed = set(tracking.states(task_ids))
             if not self.runs.shared:
-                claimed.update(t for t in task_ids if t not in claimed and claims.state(t))
+                claimed |= claims.ever_claimed([t for t in task_ids if t not in claimed])
         except errors as exc:
             self._warn_once("runs", f"run states not read for redelivery ({cause(exc)})")
             return None

@@ -39,6 +39,10 @@ expiry instant is before that clock's now.
 5. **Release.** ``release`` gives a started tick back, if the owner still holds it: the next
    claim takes it at once (the message went back to the queue).
 6. **State.** ``state`` is the state a claim of the tick would meet: None when absent or expired.
+   ``ever_claimed`` names, of many task ids, those a claim was ever taken for, expired since or
+   not (the store and memory: any row of the tick, kept until pruned; Redis: a marker each
+   claim sets for ``dedup_ttl``): the redelivery sweep's proof that a worker had the tick, which
+   a claim lapsed with its dead worker no longer gives.
 7. **Tracking.** ``get_run`` reads a tick's row (expired or not, until pruned);
    ``previous_tick`` finds the newest ``enqueued`` automatic tick of a schedule (names compare
    by ``ids.name_key``) before a given tick, with its run, unless a worker has a run row of a
@@ -213,6 +217,9 @@ class Claims(Protocol):
 
     def state(self, task_id: str) -> RunState | None:
         """The state a claim would meet; None if absent or expired (rule 6)."""
+
+    def ever_claimed(self, task_ids: Sequence[str]) -> set[str]:
+        """Those of ``task_ids`` a claim was ever taken for, expired or not (rule 6)."""
 
     def count(self, name: str) -> None:
         """Add one to a counter every worker shares (a no-op where claims live in the store)."""

@@ -71,4 +71,5 @@ def make_runs(app: Any, settings: Settings, store_url: str) -> Runs:
         return Runs(claims=tracking, tracking=tracking)
     from celery_durable_beat.runs.redis import RedisClaims
 
-    return Runs(claims=RedisClaims(*found), tracking=tracking)
+    marker_ttl_ms = round(settings.dedup_ttl * 1000)
+    return Runs(claims=RedisClaims(*found, marker_ttl_ms=marker_ttl_ms), tracking=tracking)

@@ -173,6 +173,11 @@ class MemoryRuns:
             row = self._live(task_id, self.clock.now_ms())
         return None if row is None else row.state
 
+    def ever_claimed(self, task_ids: Sequence[str]) -> set[str]:
+        """A claim is its tick's row, kept expired until pruned: any row."""
+        with self._lock:
+            return {t for t in task_ids if t in self._rows}
+
     def count(self, name: str) -> None:
         with self._lock:
             self._counters[name] += 1

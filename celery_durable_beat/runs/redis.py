@@ -4,8 +4,10 @@ A claim says which delivery of a tick holds it and in what state: one string key
 ``durable_beat:run:<task id>`` = ``<state>|<attempt>|<owner>``, changed only by the Lua scripts
 below so every check-and-set is atomic; the key's expiry is the claim's: ``run_ttl`` while
 running (pushed on by heartbeats), ``dedup_ttl`` once finished. An expired claim is an absent
-key, so rule 1's "absent or expired" is one test here. Run tracking stays in the store, which
-mirrors every write (``runs/factory.py`` says when Redis holds the claims).
+key, so rule 1's "absent or expired" is one test here. Each claim also sets a marker,
+``durable_beat:claimed:<task id>``, for ``dedup_ttl`` (rule 6's ``ever_claimed``). Run tracking
+stays in the store, which mirrors every write (``runs/factory.py`` says when Redis holds the
+claims).
 """
 
 from __future__ import annotations
@@ -20,7 +22,12 @@ if TYPE_CHECKING:
     from celery_durable_beat.runs.base import Claims
 
 KEY_PREFIX = "durable_beat:run:"
+MARKER_PREFIX = "durable_beat:claimed:"
+"""A marker each claim sets for ``dedup_ttl``: the claim key lapses with its run's dead worker
+(``run_ttl``), and the redelivery sweep must still know a worker had the tick (rule 6)."""
 COUNTERS_KEY = "durable_beat:counters"
+DEFAULT_MARKER_TTL_MS = 86_400_000
+"""``durable_beat_dedup_ttl``'s default."""
 REDIS_TIMEOUT_S = 2.0
 """Socket timeouts of the guard's Redis client: a task must not hang on a dead Redis."""
 
@@ -69,14 +76,14 @@ return n
 """
 )
 
-# KEYS[1] the claim key, then settle keys; ARGV owner, attempt, ttl_ms, then four per settle
-# key as ``_SETTLE_MANY``. The settles first, in order, then the claim (rule 1): nil when
-# claimed, else the stored value that refused it.
+# KEYS[1] the claim key, KEYS[2] its marker, then settle keys; ARGV owner, attempt, ttl_ms,
+# marker_ttl_ms, then four per settle key as ``_SETTLE_MANY``. The settles first, in order, then
+# the claim (rule 1): nil when claimed (the marker set), else the stored value that refused it.
 _CLAIM = (
     _SETTLE_ONE
     + """
-for i = 2, #KEYS do
-  local a = 3 + (i - 2) * 4
+for i = 3, #KEYS do
+  local a = 4 + (i - 3) * 4
   settle_one(KEYS[i], ARGV[a + 1], ARGV[a + 2], ARGV[a + 3], ARGV[a + 4])
 end
 local v = redis.call('GET', KEYS[1])
@@ -89,6 +96,7 @@ if v then
   end
 end
 redis.call('SET', KEYS[1], 'started|' .. ARGV[2] .. '|' .. ARGV[1], 'PX', ARGV[3])
+redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
 return false
 """
 )
@@ -137,14 +145,21 @@ class RedisClaims:
 
     where = "the dedup Redis"
 
-    def __init__(self, url: str, transport_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        transport_options: Mapping[str, Any] | None = None,
+        marker_ttl_ms: int = DEFAULT_MARKER_TTL_MS,
+    ) -> None:
         """``url`` in any form ``redis_client`` takes; ``transport_options`` name a sentinel
-        URL's master (the lease's, or the broker's when the claims share the broker)."""
+        URL's master (the lease's, or the broker's when the claims share the broker);
+        ``marker_ttl_ms``: how long ``ever_claimed`` remembers a claim (``dedup_ttl``)."""
         import redis
 
         from celery_durable_beat.runs.redis_lua import LuaScript
 
         self.url = url
+        self.marker_ttl_ms = max(1, marker_ttl_ms)
         self.client: Any = connect(url, transport_options, timeout=REDIS_TIMEOUT_S)
         self.errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self._claim = LuaScript(self.client, _CLAIM)
@@ -156,11 +171,15 @@ class RedisClaims:
     def key(task_id: str) -> str:
         return KEY_PREFIX + task_id
 
+    @staticmethod
+    def marker(task_id: str) -> str:
+        return MARKER_PREFIX + task_id
+
     def claim(
         self, key: RunKey, owner: str, attempt: int, ttl_ms: int, settles: Sequence[RunWrite] = ()
     ) -> RunState | None:
-        keys = [self.key(key.task_id)]
-        args: list[str | int] = [_held(owner), attempt, max(1, ttl_ms)]
+        keys = [self.key(key.task_id), self.marker(key.task_id)]
+        args: list[str | int] = [_held(owner), attempt, max(1, ttl_ms), self.marker_ttl_ms]
         for write in settles:
             keys.append(self.key(write.key.task_id))
             args += _settle_args(write)
@@ -197,6 +216,13 @@ class RedisClaims:
     def state(self, task_id: str) -> RunState | None:
         value = self.client.get(self.key(task_id))
         return None if value is None else parse_state(value)
+
+    def ever_claimed(self, task_ids: Sequence[str]) -> set[str]:
+        """One MGET of the claims' markers."""
+        if not task_ids:
+            return set()
+        found = self.client.mget([self.marker(t) for t in task_ids])
+        return {t for t, seen in zip(task_ids, found, strict=True) if seen is not None}
 
     def count(self, name: str) -> None:
         self.client.hincrby(COUNTERS_KEY, name, 1)

@@ -203,6 +203,10 @@ class SqlRunStore(LazyEngine):
             found = conn.execute(query).scalar()
         return None if found is None else _state(found)
 
+    def ever_claimed(self, task_ids: Sequence[str]) -> set[str]:
+        """A claim is its tick's row, kept expired until pruned: any row."""
+        return set(self.states(task_ids))
+
     def count(self, name: str) -> None:
         """No shared counters in the store (``shared_counters`` is empty)."""
 

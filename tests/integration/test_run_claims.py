@@ -155,6 +155,17 @@ def test_an_expired_claim_is_taken_over(claims: Claims) -> None:
     assert not settle(claims, key(), RunState.SUCCEEDED, "dead-worker")  # not its claim now
 
 
+def test_ever_claimed_remembers_a_claim_that_lapsed(claims: Claims) -> None:
+    lapsed, never, ended = key(T0), key(T0 + MINUTE), key(T0 + 2 * MINUTE)
+    assert claims.ever_claimed([]) == set()
+    assert claims.claim(lapsed, "dead-worker", 0, 1) is None  # its worker died: no end written
+    assert claims.claim(ended, "w1", 0, MINUTE) is None
+    assert settle(claims, ended, RunState.SUCCEEDED, "w1")
+    wait_until(lambda: claims.state(lapsed.task_id) is None, 10, "the 1 ms claim to expire")
+    ids = [lapsed.task_id, never.task_id, ended.task_id]
+    assert claims.ever_claimed(ids) == {lapsed.task_id, ended.task_id}
+
+
 def test_a_retried_tick_is_claimed_by_its_retry_only(claims: Claims) -> None:
     k = key()
     assert claims.claim(k, "w1", 0, MINUTE) is None

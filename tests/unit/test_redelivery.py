@@ -149,24 +149,33 @@ class Probe:
 class Beat:
     """A round and a sweep on the memory backends, the clock in the test's hands."""
 
-    def __init__(self, *, probe: Probe | None, max_count: int = 2) -> None:
+    def __init__(
+        self, *, probe: Probe | None, max_count: int = 2, claims_apart: bool = False
+    ) -> None:
         self.now = T0
         self.store = MemoryStore(lambda: self.now)
         self.store.register_epoch(1)
         (definition,) = validate_entries({"tick": {"task": "t.x", "schedule": "@every 60s"}})
         self.store.upsert(definition, Source.CONFIG, T0, T0)
-        self.runs = MemoryRuns()
+        self.runs = MemoryRuns(self)
+        self.claims = MemoryRuns(self) if claims_apart else self.runs  # as Redis claims are
         self.publisher = CapturingPublisher()
         self.sweep = RedeliverySweep(
             self.store,
             self.publisher,
-            Runs(claims=self.runs, tracking=self.runs),
+            Runs(claims=self.claims, tracking=self.runs),
             RedeliveryPolicy(AFTER, max_count),
             queue_of=lambda message: "celery",
             probe=probe,
         )
         Dispatcher(self.store, self.publisher, redeliver_after_ms=AFTER).run_round(T0, 1)
         self.task_id = tick_task_id("tick", T0)
+
+    def now_ms(self) -> int:  # the runs' clock
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now / 1000
 
     def at(self, now: int, epoch: int = 1, leads: Callable[[], bool] = lambda: True) -> list[Any]:
         self.now = now
@@ -243,6 +252,20 @@ def test_a_stale_leader_sweeps_nothing_into_the_store() -> None:
     with pytest.raises(StaleEpoch):
         beat.at(T0 + AFTER + 5_000, epoch=1)
     assert beat.redeliveries() == []
+
+
+def test_a_tick_whose_claim_lapsed_with_its_worker_is_never_sent_again() -> None:
+    # Claims apart from tracking (Redis): the worker claimed the tick, ran it and died before
+    # its run state reached tracking; its claim lapsed after run_ttl. Absent from the broker
+    # (acknowledged) and in no tracking row, it is still no lost tick: sent again, it would run
+    # twice. The claims remember it was claimed (rule 6, ever_claimed).
+    beat = Beat(probe=Probe(), claims_apart=True)
+    assert beat.claims.claim(RunKey(beat.task_id, "tick", T0, "auto"), "dead", 0, 1_000) is None
+    beat.at(T0 + AFTER)
+    assert beat.claims.state(beat.task_id) is None  # lapsed
+    assert beat.at(T0 + AFTER + 5_000) == []
+    assert beat.at(T0 + 5 * AFTER) == []
+    assert [m.task_id for m in beat.publisher.messages] == [beat.task_id]  # the first only
 
 
 def test_a_leader_whose_lease_lapsed_during_the_sweep_publishes_nothing() -> None:
