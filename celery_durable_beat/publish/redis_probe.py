@@ -7,9 +7,14 @@ running ``acks_late`` task). Read in one ``MULTI``/``EXEC`` per queue, so the li
 are one snapshot (a message moving from the list into ``unacked`` by kombu's own commands is in
 one of them). kombu's client-side window — ``BRPOP`` then the ``unacked`` write — is not closed by
 this: the caller needs absence on two probes apart (``redelivery.AbsenceEvidence``).
+A broker that does not answer is tried once (no retries: beat's loop waits for the probe), and
+every wanted tick is then ``UNKNOWN``.
 
-A task id is found by a plain substring test on the stored message (``"id": "<task id>"`` in its
-headers): no JSON parsing per element, and a false sighting only delays a redelivery. A queue
+A message's task id is read with one regular expression over the stored message (its headers'
+``"id"`` and its properties' ``"correlation_id"``, which Celery sets to the task id in both
+message protocols): no JSON parsing per element, one pass over the queue whatever the number of
+wanted ticks (a substring test per wanted tick and message was 500 x 20,000 of them in a
+backlog), and a false sighting only delays a redelivery. A queue
 longer than ``scan_most`` messages is not scanned (``UNKNOWN``: a backlog that long is no place to
 look for evidence, and a later probe or tick will tell), nor is anything when the broker does not
 answer. Only ``presence`` talks to the broker, on a connection taken for the call.
@@ -17,11 +22,14 @@ answer. Only ``presence`` talks to the broker, on a connection taken for the cal
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from celery_durable_beat.redelivery import Presence
 
+_TASK_ID = re.compile(rb'"(?:id|correlation_id)": ?"([^"\\]+)"')
+"""A message's task id, in its headers or its properties (JSON as kombu stores it)."""
 SCAN_MOST = 20_000
 """Most messages (lists and ``unacked`` together) one queue's probe reads."""
 
@@ -38,9 +46,14 @@ class RedisProbe:
         unknown = {task_id: Presence.UNKNOWN for ids in wanted.values() for task_id in ids}
         if not unknown:
             return {}
+        from kombu.exceptions import OperationalError
+
         conn = self.app.connection_for_read()
-        errors = (*conn.connection_errors, *conn.channel_errors, OSError)
+        errors = (*conn.connection_errors, *conn.channel_errors, OSError, OperationalError)
         try:
+            # One attempt, not kombu's retries (seconds of them): the sweep runs in beat's loop,
+            # and a broker that does not answer now is asked again at the next sweep.
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
             channel = conn.default_channel
             found: dict[str, Presence] = {}
             for queue, ids in wanted.items():
@@ -67,16 +80,17 @@ class RedisProbe:
                 pipe.lrange(key, 0, -1)
             pipe.hvals(unacked)
             stored = [item for items in pipe.execute() for item in items]
-        return {task_id: _presence(task_id, stored) for task_id in ids}
+        held = _task_ids(stored)
+        return {t: Presence.PRESENT if t in held else Presence.ABSENT for t in ids}
 
     def close(self) -> None:
         """Nothing held between calls."""
 
 
-def _presence(task_id: str, stored: Sequence[bytes | str]) -> Presence:
-    needle = f'"{task_id}"'
-    raw = needle.encode()
+def _task_ids(stored: Sequence[bytes | str]) -> set[str]:
+    """The task ids the stored messages carry."""
+    found: set[str] = set()
     for item in stored:
-        if (raw in item) if isinstance(item, bytes) else (needle in item):
-            return Presence.PRESENT
-    return Presence.ABSENT
+        raw = item if isinstance(item, bytes) else item.encode()
+        found.update(match.decode() for match in _TASK_ID.findall(raw))
+    return found
