@@ -32,11 +32,14 @@ The evidence, per broker:
 
 Then the rules of one candidate (``decide``): claimed (any run state: a worker saw it) →
 never watched again; its schedule deleted or changed since (another version is another
-message) or its ``expires`` passed → never again; lost → sent again (at most ``max_count``
-times after the first publish, each ``after_ms`` from the last) or, past that, given up; no
-evidence yet → looked at again in ``sweep_ms``. A redelivery is the tick's own message (same
-task id, args, headers); its ``expires`` becomes the absolute instant the first publish set,
-so a second copy never outlives the first.
+message) or its ``expires`` passed, or it was first published longer ago than the dedup TTL
+(``horizon_ms``: the guard may have forgotten a run of it) → never again; lost → sent again (at
+most ``max_count`` times after the first publish, each ``after_ms`` from the last) or, past
+that, given up; no evidence yet → looked at again in ``sweep_ms`` if the evidence is half there
+(a Redis message absent once), else after half the time it has waited (within ``sweep_ms`` and
+ten times ``after_ms``): a backlog with no consumer is looked at less and less often. A
+redelivery is the tick's own message (same task id, args, headers); its ``expires`` becomes the
+absolute instant the first publish set, so a second copy never outlives the first.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ SWEEP_MOST_MS = 5_000
 """Longest time between two sweeps: a lost tick waits at most this beyond its evidence."""
 SWEEP_LEAST_MS = 1_000
 """Shortest time between two sweeps: an idle round pays one indexed query at most this often."""
+WAIT_MOST = 10
+"""A tick with no evidence is looked at again at most ``WAIT_MOST`` x ``after_ms`` later."""
+DEFAULT_HORIZON_MS = 86_400_000
+"""``durable_beat_dedup_ttl``'s default."""
 PROBE_APART_MS = 2_000
 """Least time between the two absent probes that make a Redis message lost: far beyond kombu's
 BRPOP→unacked window and an early ack before the guard's claim."""
@@ -62,16 +69,26 @@ BRPOP→unacked window and an early ack before the guard's claim."""
 
 @dataclass(frozen=True)
 class RedeliveryPolicy:
-    """``durable_beat_redeliver_after`` (ms) and ``durable_beat_redeliver_max``."""
+    """``durable_beat_redeliver_after`` (ms), ``durable_beat_redeliver_max`` and
+    ``durable_beat_dedup_ttl`` (ms, ``horizon_ms``)."""
 
     after_ms: int
     max_count: int
     probe_apart_ms: int = PROBE_APART_MS
+    horizon_ms: int = DEFAULT_HORIZON_MS
+    """How long after its first publish a tick is watched: the guard remembers a claim (and a
+    finished run) for the dedup TTL, so a copy sent later could run a tick twice."""
 
     @property
     def sweep_ms(self) -> int:
         """How often the sweep runs: half the delay, within 1 to 5 seconds."""
         return max(SWEEP_LEAST_MS, min(SWEEP_MOST_MS, self.after_ms // 2))
+
+    def wait_ms(self, waited_ms: int) -> int:
+        """When to look again at a tick with no evidence that has waited ``waited_ms`` since
+        its last publish: half that, within ``sweep_ms`` and ``WAIT_MOST`` x ``after_ms``, so a
+        long backlog is looked at less and less often instead of at every sweep."""
+        return max(self.sweep_ms, min(WAIT_MOST * self.after_ms, waited_ms // 2))
 
 
 class Verdict(str, Enum):
@@ -87,6 +104,9 @@ class Verdict(str, Enum):
     """Evidence of loss: sent again now."""
     EXHAUSTED = "exhausted"
     """Lost again after ``max_count`` redeliveries: given up."""
+    FORGOTTEN = "forgotten"
+    """First published longer ago than ``horizon_ms``: the guard may no longer remember a run
+    of it, so no copy is sent (and its record may be pruned)."""
     WAIT = "wait"
     """No evidence yet: looked at again later."""
 
@@ -143,15 +163,20 @@ def decide(
     claimed: bool,
     lost: bool,
     rebuildable: bool,
+    suspect: bool = False,
 ) -> Decision:
-    """One candidate's fate (module docstring), from values only."""
+    """One candidate's fate (module docstring), from values only. ``suspect``: the evidence is
+    half there (a Redis message absent once): looked at again at the next sweep."""
     final = _settled(candidate, now_ms, claimed=claimed, rebuildable=rebuildable)
     if final is not None:
         return Decision(final, None)
+    if now_ms >= candidate.recorded_at_ms + policy.horizon_ms:
+        return Decision(Verdict.FORGOTTEN, None)
     if now_ms < candidate.sent_ms + policy.after_ms:
         return Decision(Verdict.WAIT, candidate.sent_ms + policy.after_ms)
     if not lost:
-        return Decision(Verdict.WAIT, now_ms + policy.sweep_ms)
+        waited = policy.sweep_ms if suspect else policy.wait_ms(now_ms - candidate.sent_ms)
+        return Decision(Verdict.WAIT, now_ms + waited)
     if candidate.redeliveries >= policy.max_count:
         return Decision(Verdict.EXHAUSTED, None)
     return Decision(Verdict.LOST, now_ms + policy.after_ms)
@@ -187,6 +212,10 @@ class AbsenceEvidence:
     def lost(self, task_id: str, now_ms: int) -> bool:
         since = self._absent_since.get(task_id)
         return since is not None and now_ms - since >= self.apart_ms
+
+    def suspect(self, task_id: str) -> bool:
+        """Absent on a probe, not yet on two apart."""
+        return task_id in self._absent_since
 
     def forget(self, task_id: str) -> None:
         """The tick is sent again or no longer watched: a new copy needs new evidence."""

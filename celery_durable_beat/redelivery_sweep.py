@@ -57,6 +57,11 @@ from celery_durable_beat.store.base import AuditEvent, Recheck, RedeliveryCandid
 log = logging.getLogger("celery_durable_beat.redelivery")
 
 SWEEP_LIMIT = 500
+_GIVEN_UP = {
+    Verdict.EXHAUSTED: "lost again after durable_beat_redeliver_max redeliveries",
+    Verdict.GONE: "its schedule was deleted or changed since",
+    Verdict.FORGOTTEN: "unclaimed since its first publish, longer ago than durable_beat_dedup_ttl",
+}
 """Most candidates one sweep looks at; the rest are next."""
 
 
@@ -126,6 +131,7 @@ class RedeliverySweep:
                 claimed=c.task_id in claimed,
                 lost=self._lost(c, queues[c.task_id], now_ms),
                 rebuildable=messages[c.task_id] is not None,
+                suspect=self.absence.suspect(c.task_id),
             )
             for c in candidates
         }
@@ -242,16 +248,14 @@ class RedeliverySweep:
                     self.policy.max_count,
                     extra=log_extra(Action.REDELIVERED, schedule=c.schedule, task_id=c.task_id),
                 )
-            elif verdict in (Verdict.EXHAUSTED, Verdict.GONE):
+            elif verdict in _GIVEN_UP:
                 exhausted = verdict is Verdict.EXHAUSTED
                 log.log(
                     logging.ERROR if exhausted else logging.INFO,
                     "tick %s of %s is not sent again (%s)",
                     c.task_id,
                     c.schedule,
-                    "lost again after durable_beat_redeliver_max redeliveries"
-                    if exhausted
-                    else "its schedule was deleted or changed since",
+                    _GIVEN_UP[verdict],
                     extra=log_extra(
                         Action.REDELIVERY_GAVE_UP, schedule=c.schedule, task_id=c.task_id
                     ),

@@ -183,6 +183,21 @@ class Settings:
         for name, value in taken.items():
             if value is not given[name]:
                 object.__setattr__(self, name, value)
+        self._check_redelivery()
+
+    def _check_redelivery(self) -> None:
+        """A tick is watched for redelivery at most ``dedup_ttl`` after its first publish (the
+        guard forgets a claim then): a delay as long would never redeliver anything."""
+        after = self.redeliver_after
+        if after is None or after < self.dedup_ttl:
+            return
+        name = f"{PREFIX}redeliver_after"
+        problem = (
+            f"{name} = {after:g} must be shorter than {PREFIX}dedup_ttl ({self.dedup_ttl:g} s): "
+            "ticks are watched for redelivery only while the workers' guard remembers their "
+            "claims; lower it (minutes are usual) or raise durable_beat_dedup_ttl"
+        )
+        raise ConfigError([SettingProblem(entry="settings", field=name, problem=problem)])
 
     def __repr__(self) -> str:
         """The URLs with their passwords hidden: a Settings printed in a log, a traceback or a

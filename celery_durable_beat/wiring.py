@@ -35,7 +35,11 @@ def make_redelivery(app: Any, settings: Settings, store: Store, runs: Runs) -> R
     from celery_durable_beat.redelivery import RedeliveryPolicy
     from celery_durable_beat.redelivery_sweep import RedeliverySweep
 
-    policy = RedeliveryPolicy(round(settings.redeliver_after * 1000), settings.redeliver_max)
+    policy = RedeliveryPolicy(
+        round(settings.redeliver_after * 1000),
+        settings.redeliver_max,
+        horizon_ms=round(settings.dedup_ttl * 1000),
+    )
     return RedeliverySweep(
         store,
         make_publisher(app, settings),

@@ -53,7 +53,7 @@ class RedisProbe:
         try:
             # One attempt, not kombu's retries (seconds of them): the sweep runs in beat's loop,
             # and a broker that does not answer now is asked again at the next sweep.
-            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0)
+            conn.ensure_connection(max_retries=0)  # kombu: 0 retries, one attempt
             channel = conn.default_channel
             found: dict[str, Presence] = {}
             for queue, ids in wanted.items():

@@ -18,6 +18,7 @@ from celery_durable_beat.policy import ticks_after
 from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.redelivery import (
     AbsenceEvidence,
+    Decision,
     FifoEvidence,
     Presence,
     RedeliveryPolicy,
@@ -73,6 +74,44 @@ def test_no_evidence_waits_a_sweep_and_a_lost_tick_is_sent_after_redeliver_after
     assert (waiting.verdict, waiting.recheck_ms) == (Verdict.WAIT, T0 + AFTER + POLICY.sweep_ms)
     lost = decide(candidate(), POLICY, T0 + AFTER, claimed=False, lost=True, rebuildable=True)
     assert (lost.verdict, lost.recheck_ms) == (Verdict.LOST, T0 + 2 * AFTER)
+
+
+def test_a_long_wait_is_looked_at_less_often_a_half_seen_loss_at_the_next_sweep() -> None:
+    def recheck(now: int, **flags: bool) -> int | None:
+        found = decide(
+            candidate(), POLICY, now, claimed=False, lost=False, rebuildable=True, **flags
+        )
+        assert found.verdict is Verdict.WAIT
+        return None if found.recheck_ms is None else found.recheck_ms - now
+
+    assert recheck(T0 + 4 * AFTER) == 2 * AFTER  # half the time it has waited
+    assert recheck(T0 + 4 * AFTER, suspect=True) == POLICY.sweep_ms  # absent once: confirm soon
+    assert recheck(T0 + 100 * AFTER) == 10 * AFTER  # at most ten times redeliver_after
+    assert recheck(T0 + AFTER + 1) == POLICY.sweep_ms  # never sooner than a sweep
+
+
+def test_a_tick_first_published_longer_ago_than_the_dedup_ttl_is_forgotten() -> None:
+    policy = replace(POLICY, horizon_ms=50 * AFTER)
+    old = candidate(sent_ms=T0 + 45 * AFTER, redeliveries=1)  # redelivered since, still lost
+
+    def found(now: int) -> Verdict:
+        return decide(old, policy, now, claimed=False, lost=True, rebuildable=True).verdict
+
+    assert found(T0 + 50 * AFTER - 1) is Verdict.LOST
+    # The guard forgets claims after the dedup TTL: a copy now could run the tick twice.
+    assert found(T0 + 50 * AFTER) is Verdict.FORGOTTEN
+    assert decide(old, policy, T0 + 50 * AFTER, claimed=False, lost=True, rebuildable=True) == (
+        Decision(Verdict.FORGOTTEN, None)  # no longer watched: its record may be pruned
+    )
+
+
+def test_redeliver_after_must_be_shorter_than_the_dedup_ttl() -> None:
+    conf = {"durable_beat_redeliver_after": 120, "durable_beat_dedup_ttl": 120}
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_conf(conf)
+    text = str(caught.value)
+    assert "durable_beat_redeliver_after = 120" in text and "durable_beat_dedup_ttl" in text
+    assert Settings.from_conf({**conf, "durable_beat_redeliver_after": 60}).redeliver_after == 60
 
 
 def test_redeliveries_are_bounded_by_redeliver_max() -> None:
