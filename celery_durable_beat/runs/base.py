@@ -30,7 +30,8 @@ expiry instant is before that clock's now.
    tick is absent or held by the write's owner; ``UNFINISHED`` applies only if the tick is
    present and not finished (``FINAL_RUN_STATES``); ``UNLESS_ENDED_OTHERWISE`` applies unless
    the tick is finished, not expired, in another state than the write's (so absent, expired,
-   unfinished and same-state rows take it, and its owner). An applied write holds the state for
+   unfinished and same-state rows take it, and its owner); ``NOT_STARTED`` applies only if the
+   tick is absent, expired or ``retried`` (rule 4's condition). An applied write holds the state for
    ``keep_ms`` from now. ``settle`` answers whether it applied.
 3. **Heartbeat** pushes the expiry of ``started`` ticks still held by the given owner to now +
    ``ttl_ms``; ticks of other owners or in other states are left alone.
@@ -107,6 +108,10 @@ class WriteIf(str, Enum):
     expired, unfinished and same-state rows take the write and its owner (the worker's main
     process recording a hard time limit: it may fire before the run claimed its tick, and the
     terminated pool process may record ``failed`` of its own first)."""
+    NOT_STARTED = "not_started"
+    """Only if the row is absent, expired or ``retried``: no run of the tick has started (rule 4's
+    condition; the worker's main process recording a delivery it discarded before it ran, as
+    expired or revoked, which must not end a run that another delivery has made or is making)."""
 
 
 @dataclass(frozen=True)

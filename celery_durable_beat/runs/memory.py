@@ -122,6 +122,10 @@ class MemoryRuns:
             live = self._live(item.key.task_id, now)
             if live is not None and live.state in FINAL_RUN_STATES and live.state != item.state:
                 return False
+        elif item.write_if is WriteIf.NOT_STARTED:
+            live = self._live(item.key.task_id, now)
+            if live is not None and live.state is not RunState.RETRIED:
+                return False
         self._put(item, now)
         return True
 

@@ -126,6 +126,13 @@ _UNLESS_ENDED_OTHERWISE = or_(
 """``WriteIf.UNLESS_ENDED_OTHERWISE`` (a hard time limit): as ``runs/sql.py`` writes it."""
 UNLESS_ENDED_OTHERWISE = _compile(_upsert(_UNLESS_ENDED_OTHERWISE))
 UNLESS_ENDED_OTHERWISE_SETTLE = _compile(_upsert(_UNLESS_ENDED_OTHERWISE).returning(runs.c.task_id))
+_NOT_STARTED = or_(
+    runs.c.state == RunState.RETRIED.value,
+    runs.c.expires_at_ms < _EXCLUDED.updated_at_ms,
+)
+"""``WriteIf.NOT_STARTED`` (a delivery discarded before it ran): as ``runs/sql.py`` writes it."""
+NOT_STARTED = _compile(_upsert(_NOT_STARTED))
+NOT_STARTED_SETTLE = _compile(_upsert(_NOT_STARTED).returning(runs.c.task_id))
 UNFINISHED = _compile(_set_where(runs.c.state.in_(_UNFINISHED)))
 UNFINISHED_SETTLE = _compile(_set_where(runs.c.state.in_(_UNFINISHED)).returning(runs.c.task_id))
 RELEASE = _compile(_set_where(_OWNED))
@@ -168,6 +175,7 @@ _WRITE_MANY = {
     WriteIf.ALWAYS: _compile(_upsert_many(None)),
     WriteIf.OWNER: _compile(_upsert_many(runs.c.hostname == insert(runs).excluded.hostname)),
     WriteIf.UNLESS_ENDED_OTHERWISE: _compile(_upsert_many(_UNLESS_ENDED_OTHERWISE)),
+    WriteIf.NOT_STARTED: _compile(_upsert_many(_NOT_STARTED)),
 }
 """Writes of one kind to many ticks, one statement (``UNFINISHED``, an update, has none)."""
 
@@ -183,12 +191,14 @@ _WRITE = {
     WriteIf.OWNER: OWNER,
     WriteIf.UNFINISHED: UNFINISHED,
     WriteIf.UNLESS_ENDED_OTHERWISE: UNLESS_ENDED_OTHERWISE,
+    WriteIf.NOT_STARTED: NOT_STARTED,
 }
 _SETTLE = {
     WriteIf.ALWAYS: ALWAYS_SETTLE,
     WriteIf.OWNER: OWNER_SETTLE,
     WriteIf.UNFINISHED: UNFINISHED_SETTLE,
     WriteIf.UNLESS_ENDED_OTHERWISE: UNLESS_ENDED_OTHERWISE_SETTLE,
+    WriteIf.NOT_STARTED: NOT_STARTED_SETTLE,
 }
 
 Values = Mapping[str, Any]

@@ -51,7 +51,7 @@ local function settle_one(key, owner, value, ttl, mode)
     local state = v and string.match(v, '^([^|]*)|')
     ok = (not v) or state == string.match(value, '^([^|]*)|') or (state ~= 'succeeded'
       and state ~= 'failed' and state ~= 'revoked' and state ~= 'expired')
-  elseif mode == 'revoke' then
+  elseif mode == 'revoke' or mode == 'not_started' then  -- absent, expired or retried
     ok = (not v) or string.match(v, '^([^|]*)|') == 'retried'
   end
   if ok then

@@ -182,6 +182,11 @@ class SqlRunStore(LazyEngine):
                 runs.c.state == stmt.excluded.state,
                 runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
             )
+        elif item.write_if is WriteIf.NOT_STARTED:
+            where = or_(
+                runs.c.state == RunState.RETRIED.value,
+                runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
+            )
         return replace_run(stmt, where)
 
     def release(self, task_id: str, owner: str) -> None:

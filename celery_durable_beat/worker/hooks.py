@@ -358,15 +358,28 @@ def _on_postrun(
     runtime.leave(held, _end_state(state, retval), acked=not getattr(task, "acks_late", False))
 
 
-def _on_revoked(sender: Any = None, request: Any = None, expired: bool = False, **_: Any) -> None:
-    """A revoked tick, or one whose ``expires`` passed before it started (``expired``)."""
+def _on_revoked(
+    sender: Any = None,
+    request: Any = None,
+    expired: bool = False,
+    terminated: bool = False,
+    **_: Any,
+) -> None:
+    """A revoked tick, or one whose ``expires`` passed before it started (``expired``).
+
+    A run terminated by its revoke (``terminated``: the overlap policy ``replace``) ends
+    ``revoked`` whatever it held. A delivery discarded before it ran (expired, or revoked on
+    arrival or in the pool's queue) is recorded only where no run of the tick has started
+    (``NOT_STARTED``): it may be a duplicate of a tick that ran or is running, whose state it
+    must not replace (Celery discards it in the main process, before the guard sees it)."""
     installed = _installation(getattr(sender, "app", None))
     origin = periodic_origin(request)
     if installed is None or origin is None:
         return
     key = RunKey(str(request.id), origin.schedule, origin.tick_ms, origin.trigger.value)
     state = RunState.EXPIRED if expired else RunState.REVOKED
-    installed.runtime().settle_elsewhere(key, state, WriteIf.ALWAYS)
+    write_if = WriteIf.ALWAYS if terminated else WriteIf.NOT_STARTED
+    installed.runtime().settle_elsewhere(key, state, write_if)
 
 
 def _on_failure(

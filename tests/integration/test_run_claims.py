@@ -192,6 +192,7 @@ def random_writes(
     kinds = [WriteIf.ALWAYS, WriteIf.OWNER] * 3 + [
         WriteIf.UNFINISHED,
         WriteIf.UNLESS_ENDED_OTHERWISE,
+        WriteIf.NOT_STARTED,
     ]
     return [
         RunWrite(
@@ -326,6 +327,27 @@ def test_heartbeat_pushes_on_only_the_owners_started_claim(claims: Claims) -> No
     assert claims.claim(alive, "w2", 0, MINUTE) is RunState.STARTED  # still alive
     assert claims.claim(done, "w2", 0, MINUTE) is None  # finished, kept 2 s
     assert claims.claim(other, "w2", 0, MINUTE) is None  # lost: nobody pushed it on
+
+
+def test_not_started_writes_apply_only_where_no_run_started(claims: Claims) -> None:
+    absent, running, ended, retrying, lapsed = (key(T0 + n * MINUTE) for n in range(5))
+    claims.claim(running, "w1", 0, MINUTE)
+    claims.claim(ended, "w1", 0, MINUTE)
+    settle(claims, ended, RunState.SUCCEEDED, "w1")
+    claims.claim(retrying, "w1", 0, MINUTE)
+    settle(claims, retrying, RunState.RETRIED, "w1", attempt=1)
+    claims.claim(lapsed, "dead-worker", 0, 1)
+    wait_until(lambda: claims.state(lapsed.task_id) is None, 10, "the 1 ms claim to expire")
+
+    def discard(k: RunKey) -> bool:  # a delivery the main process dropped as expired
+        return settle(claims, k, RunState.EXPIRED, "worker", write_if=WriteIf.NOT_STARTED)
+
+    assert discard(absent) and claims.state(absent.task_id) is RunState.EXPIRED
+    assert not discard(running) and claims.state(running.task_id) is RunState.STARTED
+    assert not discard(ended) and claims.state(ended.task_id) is RunState.SUCCEEDED
+    assert discard(retrying) and claims.state(retrying.task_id) is RunState.EXPIRED
+    assert discard(lapsed) and claims.state(lapsed.task_id) is RunState.EXPIRED
+    assert settle(claims, running, RunState.SUCCEEDED, "w1")  # the run's own end still applies
 
 
 def test_mark_revoked_only_before_the_run_starts(claims: Claims) -> None:

@@ -15,6 +15,7 @@ import signal
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from celery_durable_beat import DurableBeat, install, periodic_origin
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import Action, Trigger
 from celery_durable_beat.runs.base import RunRecord, RunState
+from celery_durable_beat.runs.redis import RedisClaims
 from celery_durable_beat.runs.sql import SqlRunStore
 from celery_durable_beat.worker import counters
 from tests.conftest import PG_ADMIN_URL
@@ -168,6 +170,38 @@ def test_store_claims_run_a_duplicated_tick_once(
     assert all(
         task_id in r.getMessage() or tick_task_id("n", T0) in r.getMessage() for r in refusals
     )
+
+
+@pytest.mark.parametrize("claims_in", ["the store", "Redis"])
+def test_a_duplicate_discarded_as_expired_leaves_the_runs_state_alone(
+    store_url: str, redis_url: str, claims_in: str
+) -> None:
+    # Celery's main process discards an expired delivery before the guard sees it (task_revoked
+    # with expired); a duplicate of a tick that ran (a replay, a restored Redis message) must
+    # not turn its succeeded into expired. A tick that never ran is recorded expired.
+    ensure_schema(store_url)
+    app = make_app(
+        store_url, **({"durable_beat_lease_url": redis_url} if claims_in == "Redis" else {})
+    )
+    tasks = register(app, Journal())
+    # Names of their own: Celery remembers a discarded id as revoked for the whole process.
+    first, other = f"ran-{uuid.uuid4().hex[:6]}", f"never-{uuid.uuid4().hex[:6]}"
+    ran, never = tick_task_id(first, T0), tick_task_id(other, T0)
+    past = datetime.now(timezone.utc) - timedelta(minutes=1)
+    with start_worker(app, pool="solo", perform_ping_check=False):
+        tasks["record"].apply_async(task_id=ran, headers=tick_headers(first, T0))
+        wait_until(lambda: run_row(store_url, ran) is RunState.SUCCEEDED, 20, "the run")
+        tasks["record"].apply_async(task_id=ran, headers=tick_headers(first, T0), expires=past)
+        tasks["record"].apply_async(task_id=never, headers=tick_headers(other, T0), expires=past)
+        # Discarded in order by the one main process: once the second is recorded, the first
+        # has been written (or refused) before it.
+        wait_until(lambda: run_row(store_url, never) is RunState.EXPIRED, 20, "never: expired")
+    assert run_row(store_url, ran) is RunState.SUCCEEDED
+    if claims_in == "Redis":
+        claims = RedisClaims(redis_url)
+        assert claims.state(ran) is RunState.SUCCEEDED  # the claim too: still refuses it
+        assert claims.state(never) is RunState.EXPIRED
+        claims.close()
 
 
 @pytest.fixture
