@@ -218,11 +218,19 @@ class RedisClaims:
         return None if value is None else parse_state(value)
 
     def ever_claimed(self, task_ids: Sequence[str]) -> set[str]:
-        """One MGET of the claims' markers."""
+        """One MGET of the claims' markers and the claims themselves (a claim made by a worker
+        of an earlier version, during a rolling upgrade, has no marker)."""
         if not task_ids:
             return set()
-        found = self.client.mget([self.marker(t) for t in task_ids])
-        return {t for t, seen in zip(task_ids, found, strict=True) if seen is not None}
+        found = self.client.mget(
+            [self.marker(t) for t in task_ids] + [self.key(t) for t in task_ids]
+        )
+        count = len(task_ids)
+        return {
+            t
+            for i, t in enumerate(task_ids)
+            if found[i] is not None or found[count + i] is not None
+        }
 
     def count(self, name: str) -> None:
         self.client.hincrby(COUNTERS_KEY, name, 1)

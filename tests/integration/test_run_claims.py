@@ -166,6 +166,14 @@ def test_ever_claimed_remembers_a_claim_that_lapsed(claims: Claims) -> None:
     assert claims.ever_claimed(ids) == {lapsed.task_id, ended.task_id}
 
 
+def test_ever_claimed_sees_a_live_claim_without_its_marker(redis_url: str) -> None:
+    claims = RedisClaims(redis_url)
+    assert claims.claim(key(), "w1", 0, MINUTE) is None
+    claims.client.delete(claims.marker(key().task_id))  # made by a worker of an earlier version
+    assert claims.ever_claimed([key().task_id]) == {key().task_id}
+    claims.close()
+
+
 def test_a_retried_tick_is_claimed_by_its_retry_only(claims: Claims) -> None:
     k = key()
     assert claims.claim(k, "w1", 0, MINUTE) is None
