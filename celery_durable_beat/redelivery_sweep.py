@@ -9,10 +9,10 @@ passed since the last sweep; then:
    still sees each in time): an idle sweep is that one probe;
 2. on a Redis broker, one probe of the broker for their messages (``BrokerProbe``, one snapshot
    per queue), *then* the runs port for which of them a worker has claimed (any run state in
-   tracking; with Redis claims, the claims' markers of the rest, one ``MGET``: a claim whose
-   worker died before its run state reached tracking has lapsed after ``run_ttl``, its marker
-   lasts ``dedup_ttl``): read after the probe, so a tick claimed between the two is never taken
-   for lost;
+   tracking; with Redis claims, the claims and their markers of the rest, one ``MGET``: a claim
+   whose worker died before its run state reached tracking has lapsed after ``run_ttl``, its
+   marker lasts ``dedup_ttl``): read after the probe, so a tick claimed between the two is never
+   taken for lost;
 3. the pure decision for each (``redelivery.decide`` on the evidence of ``redelivery.py``);
 4. the lost ones published again in one publish session, confirmed, with their own message and
    task id (``redelivery.redelivery_message``), each only while ``leads()`` still says this
@@ -57,12 +57,13 @@ from celery_durable_beat.store.base import AuditEvent, Recheck, RedeliveryCandid
 log = logging.getLogger("celery_durable_beat.redelivery")
 
 SWEEP_LIMIT = 500
+"""Most candidates one sweep looks at; the rest are next."""
 _GIVEN_UP = {
     Verdict.EXHAUSTED: "lost again after durable_beat_redeliver_max redeliveries",
     Verdict.GONE: "its schedule was deleted or changed since",
     Verdict.FORGOTTEN: "unclaimed since its first publish, longer ago than durable_beat_dedup_ttl",
 }
-"""Most candidates one sweep looks at; the rest are next."""
+"""Why a watched tick is no longer sent again, as its log line says."""
 
 
 class BrokerProbe(Protocol):

@@ -31,8 +31,8 @@ expiry instant is before that clock's now.
    present and not finished (``FINAL_RUN_STATES``); ``UNLESS_ENDED_OTHERWISE`` applies unless
    the tick is finished, not expired, in another state than the write's (so absent, expired,
    unfinished and same-state rows take it, and its owner); ``NOT_STARTED`` applies only if the
-   tick is absent, expired or ``retried`` (rule 4's condition). An applied write holds the state for
-   ``keep_ms`` from now. ``settle`` answers whether it applied.
+   tick is absent, expired or ``retried`` (rule 4's condition). An applied write holds the
+   state for ``keep_ms`` from now. ``settle`` answers whether it applied.
 3. **Heartbeat** pushes the expiry of ``started`` ticks still held by the given owner to now +
    ``ttl_ms``; ticks of other owners or in other states are left alone.
 4. **Revoke.** ``mark_revoked`` records ``revoked`` only for a tick that has not started (absent,
@@ -42,8 +42,8 @@ expiry instant is before that clock's now.
 6. **State.** ``state`` is the state a claim of the tick would meet: None when absent or expired.
    ``ever_claimed`` names, of many task ids, those a claim was ever taken for, expired since or
    not (the store and memory: any row of the tick, kept until pruned; Redis: a marker each
-   claim sets for ``dedup_ttl``): the redelivery sweep's proof that a worker had the tick, which
-   a claim lapsed with its dead worker no longer gives.
+   claim sets for ``dedup_ttl``, or the claim itself): the redelivery sweep's proof that a
+   worker had the tick, which a claim lapsed with its dead worker no longer gives.
 7. **Tracking.** ``get_run`` reads a tick's row (expired or not, until pruned);
    ``previous_tick`` finds the newest ``enqueued`` automatic tick of a schedule (names compare
    by ``ids.name_key``) before a given tick, with its run, unless a worker has a run row of a
