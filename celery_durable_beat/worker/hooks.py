@@ -241,9 +241,16 @@ def cover_tasks(app: Any) -> list[str]:
 # -- one delivery ---------------------------------------------------------------------------------
 
 
-_ENTERED: dict[str, Held] = {}
-"""Claims the tracer's guard took, by task id, until ``before_start`` moves each onto its task's
-request (a key added to the request itself would travel on as a custom header of retries)."""
+_ENTERED: dict[tuple[str, int], Held] = {}
+"""Claims the tracer's guard took, by task id and thread, until ``before_start`` moves each onto
+its task's request (a key added to the request itself would travel on as a custom header of
+retries). The thread is part of the key: in a ``threads`` pool a retry (same task id) may be
+claimed in one thread while its first run's tracer still ends in another, whose clean-up must
+not drop the retry's claim. A delivery is traced, claimed and started in one thread."""
+
+
+def _entered_key(task_id: object) -> tuple[str, int]:
+    return str(task_id), threading.get_ident()
 
 
 def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
@@ -278,13 +285,13 @@ def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
             ),
         )
         return False
-    _ENTERED[task_id] = held
+    _ENTERED[_entered_key(task_id)] = held
     return True
 
 
 def forget_request(request: Mapping[str, Any]) -> None:
     """The delivery is traced: drop its claim from ``_ENTERED`` if ``before_start`` did not."""
-    _ENTERED.pop(str(request.get("id")), None)
+    _ENTERED.pop(_entered_key(request.get("id")), None)
 
 
 def enter(task: Any) -> None:
@@ -293,14 +300,14 @@ def enter(task: Any) -> None:
     request = task.request
     if getattr(request, _HELD, None) is not None or getattr(request, "is_eager", False):
         return
-    held = _ENTERED.pop(str(request.id), None)
+    held = _ENTERED.pop(_entered_key(request.id), None)
     if held is None:
         fields = {"id": request.id, "hostname": request.hostname, "retries": request.retries}
         fields.update(delivery_info=request.delivery_info, **(request.headers or {}))
         fields.update(vars(request))
         if not claim_request(task, fields):
             raise Ignore()
-        held = _ENTERED.pop(str(request.id), None)
+        held = _ENTERED.pop(_entered_key(request.id), None)
     setattr(request, _HELD, held)
 
 

@@ -12,6 +12,7 @@ import itertools
 import json
 import logging
 import signal
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -202,6 +203,31 @@ def test_a_duplicate_discarded_as_expired_leaves_the_runs_state_alone(
         assert claims.state(ran) is RunState.SUCCEEDED  # the claim too: still refuses it
         assert claims.state(never) is RunState.EXPIRED
         claims.close()
+
+
+def test_a_traced_deliverys_clean_up_leaves_another_threads_claim_alone() -> None:
+    # A threads pool: a retry (same task id) is claimed in one thread while the tracer of its
+    # first run still ends in another; that clean-up must not drop the retry's claim, which
+    # its before_start then would not find (it would claim again, be refused, and raise Ignore
+    # after task_prerun, the orphaned claim heartbeated as long as the process lives).
+    from celery_durable_beat.worker import hooks
+
+    task_id = tick_task_id("Retried", T0)
+    retry_claim = object()
+    key: list[tuple[str, int]] = []
+
+    def claimed_in_another_thread() -> None:
+        key.append(hooks._entered_key(task_id))
+        hooks._ENTERED[key[0]] = retry_claim  # type: ignore[assignment]
+
+    thread = threading.Thread(target=claimed_in_another_thread)
+    thread.start()
+    thread.join()
+    try:
+        hooks.forget_request({"id": task_id})  # the first run's tracer ends, in this thread
+        assert hooks._ENTERED.get(key[0]) is retry_claim
+    finally:
+        hooks._ENTERED.pop(key[0], None)
 
 
 @pytest.fixture
