@@ -11,10 +11,9 @@ The decision for each delivery of a tick (``enter``):
   claim, whose expiry a heartbeat pushes on every ``run_ttl / 3`` until the run ends;
 - the claim is refused → the delivery is a duplicate: counted, logged with the task id, not
   run. One exception: a *redelivered* message (the broker gave it back, e.g. ``acks_late`` after
-  its worker died) or a retry's message (attempt > 0) facing a claim still running waits,
-  polling, up to ``run_ttl``: if the claim expires (no heartbeat: the first run is dead, or it
-  asked for this retry and its ``retried`` never landed) it runs; if the run finishes, turns
-  ``retried`` or keeps heartbeating, it is refused or claims as the rule says;
+  its worker died) facing a claim still running waits, polling, up to ``run_ttl``: if the claim
+  expires (no heartbeat: the first run is dead) it runs; if the run finishes or keeps
+  heartbeating, it is refused;
 - the claim backend does not answer → the task runs anyway (fail open) and its run state is
   ``unknown`` until its end is recorded; one warning per outage.
 
@@ -295,11 +294,7 @@ class GuardRuntime:
     def enter(self, key: RunKey, hostname: str, attempt: int, redelivered: bool) -> Held:
         """Claim the tick for this delivery, or raise Refused (module docstring)."""
         owner = f"{hostname}:{self.pid}:{uuid.uuid4().hex[:12]}"
-        # A retry (attempt > 0) facing ``started`` waits as a redelivery does: its run's
-        # ``retried`` may not have landed (the backend failed then), and that run stopped
-        # heartbeating when it asked for the retry, so its claim lapses within run_ttl.
-        waits = redelivered or attempt > 0
-        wait_s = self.settings.run_ttl + 1 if waits else 0
+        wait_s = self.settings.run_ttl + 1 if redelivered else 0
         deadline = self.clock.monotonic() + wait_s
         while True:
             try:
@@ -373,7 +368,7 @@ class GuardRuntime:
     ) -> None:
         write = RunWrite(held.key, state, held.owner, keep_ms, WriteIf.OWNER, attempt)
         # ``retried`` is tried even while the claims' circuit is open: without it the retry
-        # message meets ``started`` and waits out the run's claim (``enter``).
+        # message meets ``started`` and is refused.
         self.mirror.settle(write, defer=soon, while_down=state is RunState.RETRIED)
         self.tracker.write(write, soon=soon)
 

@@ -178,20 +178,6 @@ def test_a_retry_claims_the_tick_and_a_copy_of_the_original_does_not(
     assert runs.state(KEY.task_id) is RunState.SUCCEEDED
 
 
-def test_a_retry_whose_retried_never_landed_waits_for_the_claim_to_lapse(
-    clock: FakeClock, make: Callable[..., GuardRuntime]
-) -> None:
-    runs = MemoryRuns(clock)
-    # The run asked for a retry, but its ``retried`` was lost (the backend failed then): the
-    # claim is still its ``started``, no longer heartbeated.
-    runs.claim(KEY, "asked-for-a-retry", 0, 3000)
-    held = enter(make(runs), attempt=1)
-    assert clock.ms - T0 > 3000  # it waited out the claim instead of being refused at once
-    assert held is not None and runs.state(KEY.task_id) is RunState.STARTED
-    with pytest.raises(Refused):  # a copy of the original is still refused at once
-        enter(make(runs), attempt=0)
-
-
 def test_a_retried_state_is_sent_even_while_the_claims_circuit_is_open(
     clock: FakeClock, make: Callable[..., GuardRuntime]
 ) -> None:
