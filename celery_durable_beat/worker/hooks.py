@@ -289,9 +289,15 @@ def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
     return True
 
 
-def forget_request(request: Mapping[str, Any]) -> None:
-    """The delivery is traced: drop its claim from ``_ENTERED`` if ``before_start`` did not."""
-    _ENTERED.pop(_entered_key(request.get("id")), None)
+def forget_request(task: Any, request: Mapping[str, Any]) -> None:
+    """The delivery is traced. A claim ``before_start`` did not take over means the tracer
+    returned before the task could start (``task_track_started`` with a result backend that
+    failed to store ``STARTED``, Celery's ``worker_deduplicate_successful_tasks``): nothing ran,
+    so the tick is given back, not left ``started`` and heartbeated for the process's life."""
+    held = _ENTERED.pop(_entered_key(request.get("id")), None)
+    installed = _installation(getattr(task, "app", None))
+    if held is not None and installed is not None:
+        installed.runtime().leave(held, None)
 
 
 def enter(task: Any) -> None:

@@ -34,8 +34,9 @@ from celery.exceptions import Ignore
 Claim = Callable[[Any, Mapping[str, Any]], bool]
 """``claim(task, request)``: False when the delivery is a refused duplicate (logged and counted
 by the claim); True to trace it (the claim of a tick is kept aside for the task's request)."""
-Forget = Callable[[Mapping[str, Any]], None]
-"""``forget(request)``: drop what ``claim`` kept aside for this delivery, once it is traced."""
+Forget = Callable[[Any, Mapping[str, Any]], None]
+"""``forget(task, request)``: once the delivery is traced, give back what ``claim`` kept aside
+for it if the task never took it over (the tracer returned before ``before_start``)."""
 
 _TRACER = "_durable_beat_tracer"
 """Where a guarded task instance keeps its wrapped tracer."""
@@ -63,7 +64,7 @@ def guarded_tracer(
         try:
             return tracer(uuid, args, kwargs, request)
         finally:
-            forget(request)
+            forget(task, request)
 
     trace.__wrapped__ = tracer  # type: ignore[attr-defined]
     return trace

@@ -224,10 +224,32 @@ def test_a_traced_deliverys_clean_up_leaves_another_threads_claim_alone() -> Non
     thread.start()
     thread.join()
     try:
-        hooks.forget_request({"id": task_id})  # the first run's tracer ends, in this thread
+        hooks.forget_request(None, {"id": task_id})  # the first run's tracer ends, here
         assert hooks._ENTERED.get(key[0]) is retry_claim
     finally:
         hooks._ENTERED.pop(key[0], None)
+
+
+def test_a_claim_the_task_never_took_over_is_given_back(store_url: str) -> None:
+    # The tracer may return before before_start (task_track_started with a result backend that
+    # fails to store STARTED; worker_deduplicate_successful_tasks): nothing ran, so the claim
+    # taken in front of the tracer is given back, not left started and heartbeated.
+    from celery_durable_beat.worker import hooks
+
+    ensure_schema(store_url)
+    app = make_app(store_url)
+    task = register(app, Journal())["record"]
+    task_id = tick_task_id(f"early-{uuid.uuid4().hex[:6]}", T0)
+    request = {"id": task_id, "hostname": "w", **tick_headers(task_id.split("@")[0], T0)}
+    assert hooks.claim_request(task, request)
+    assert run_row(store_url, task_id) is RunState.STARTED
+    hooks.forget_request(task, request)  # the tracer returned: before_start never ran
+    runtime = hooks._installation(app).runtime()  # type: ignore[union-attr]
+    runtime.flush()
+    assert runtime.held() == []  # no longer heartbeated
+    row = run_row_record(store_url, task_id)
+    assert row is not None and row.state is RunState.UNKNOWN  # given back: expired at once
+    assert row.expires_at_ms <= row.updated_at_ms
 
 
 @pytest.fixture
