@@ -295,8 +295,10 @@ def forget_request(task: Any, request: Mapping[str, Any]) -> None:
     failed to store ``STARTED``, Celery's ``worker_deduplicate_successful_tasks``): nothing ran,
     so the tick is given back, not left ``started`` and heartbeated for the process's life."""
     held = _ENTERED.pop(_entered_key(request.get("id")), None)
+    if held is None:  # the usual case: before_start took it over, or not a tick
+        return
     installed = _installation(getattr(task, "app", None))
-    if held is not None and installed is not None:
+    if installed is not None:
         installed.runtime().leave(held, None)
 
 
