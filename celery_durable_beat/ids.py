@@ -14,6 +14,11 @@ database result backend (``celery.backends.database.models.Task``): a longer id 
 backend fail on every tick (a solo worker died of it). When KEY@SUFFIX would be longer, KEY is
 cut and ends in ``-`` and the first 8 hex digits of the SHA-1 of the lower-cased name
 (``_fitted_key``), so ids stay distinct, readable and deterministic.
+
+Outside the default namespace (SPEC §16) every id starts with ``<namespace>:``
+(``nightly@…`` becomes ``billing:nightly@…``), counted within the same ``TASK_ID_MAX``: two apps
+sharing a worker pool, one Redis and one store never share a tick id, so neither's guard
+refuses the other's tick. The default namespace (``None``) keeps the ids it always had.
 """
 
 from __future__ import annotations
@@ -34,7 +39,12 @@ _MANUAL_HEX = 32
 """Hex digits after ``manual-``: a random uuid4, or a digest of the idempotency key."""
 _INSTANT = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{3})?Z"
 """``format_tick_instant``'s output."""
-_TICK_ID = re.compile(f"[{_KEY_CHARS}]+@(?:{_INSTANT}|{_MANUAL}[0-9a-f]{{{_MANUAL_HEX}}})")
+NAMESPACE_PATTERN = "[a-z0-9_-]{1,40}"
+"""A namespace's name (SPEC §2, ``durable_beat_namespace``): it becomes part of task ids and Redis
+keys, so it is kept to characters neither needs to escape, and contains no ``:``."""
+_TICK_ID = re.compile(
+    f"(?:{NAMESPACE_PATTERN}:)?[{_KEY_CHARS}]+@(?:{_INSTANT}|{_MANUAL}[0-9a-f]{{{_MANUAL_HEX}}})"
+)
 
 
 def name_key(name: str) -> str:
@@ -64,18 +74,20 @@ def _digest8(lowered: str) -> str:
     return hashlib.sha1(lowered.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
 
 
-def _fitted_key(name: str, suffix: str) -> str:
-    """``schedule_key(name)``, cut so that KEY@SUFFIX fits ``TASK_ID_MAX`` (module docstring):
-    the cut key keeps as much of the name as fits, then ``-`` and the name's 8-hex digest."""
+def _fitted_key(name: str, suffix: str, namespace: str | None = None) -> str:
+    """``schedule_key(name)``, cut so that [NS:]KEY@SUFFIX fits ``TASK_ID_MAX`` (module
+    docstring): the cut key keeps as much of the name as fits, then ``-`` and the name's 8-hex
+    digest."""
     key = schedule_key(name)
-    room = TASK_ID_MAX - 1 - len(suffix)
+    room = TASK_ID_MAX - 1 - len(suffix) - (len(namespace) + 1 if namespace else 0)
     if len(key) <= room:
         return key
     return f"{key[: room - 9]}-{_digest8(name_key(name))}"
 
 
-def _task_id(name: str, suffix: str) -> str:
-    return f"{_fitted_key(name, suffix)}@{suffix}"
+def _task_id(name: str, suffix: str, namespace: str | None = None) -> str:
+    key = _fitted_key(name, suffix, namespace)
+    return f"{namespace}:{key}@{suffix}" if namespace else f"{key}@{suffix}"
 
 
 @lru_cache(maxsize=512)
@@ -87,19 +99,28 @@ def format_tick_instant(tick_ms: int) -> str:
     return f"{base}.{millis:03d}Z" if millis else f"{base}Z"
 
 
-def tick_task_id(name: str, tick_ms: int) -> str:
-    """The Celery task id of an automatic tick, e.g. ``nightly-digest@2026-11-30T03:00:00Z``."""
-    return _task_id(name, format_tick_instant(tick_ms))
+def tick_task_id(name: str, tick_ms: int, namespace: str | None = None) -> str:
+    """The Celery task id of an automatic tick, e.g. ``nightly-digest@2026-11-30T03:00:00Z``
+    (``billing:nightly-digest@…`` in the namespace ``billing``)."""
+    return _task_id(name, format_tick_instant(tick_ms), namespace)
 
 
-def manual_task_id(name: str, idempotency_key: str | None = None) -> str:
+def manual_task_id(
+    name: str, idempotency_key: str | None = None, namespace: str | None = None
+) -> str:
     """The task id of a manual run: derived from the idempotency key when given, else random."""
     if idempotency_key is None:
         suffix = uuid.uuid4().hex
     else:
         material = f"{name_key(name)}\x00{idempotency_key}".encode()
         suffix = hashlib.sha256(material).hexdigest()[:_MANUAL_HEX]
-    return _task_id(name, f"{_MANUAL}{suffix}")
+    return _task_id(name, f"{_MANUAL}{suffix}", namespace)
+
+
+def id_namespace(task_id: str) -> str | None:
+    """The namespace a tick id was made in (None: the default), read from its ``NS:`` prefix."""
+    head, sep, _ = task_id.partition(":")
+    return head if sep and "@" not in head else None
 
 
 def is_tick_id(task_id: str) -> bool:

@@ -28,6 +28,12 @@ from celery_durable_beat.schedules.render import render
 HEADER_SCHEDULE = "periodic_schedule"
 HEADER_TICK_MS = "periodic_tick_ms"
 HEADER_TRIGGER = "periodic_trigger"
+HEADER_TASK_NAME = "periodic_task_name"
+"""The schedule's name again, under the header django-celery-beat sends: django-celery-results
+stores it in its ``periodic_task_name`` column (SPEC §4)."""
+HEADER_NAMESPACE = "periodic_namespace"
+"""The namespace the tick was made in (SPEC §16), only outside the default: the worker guard
+claims under it, so one worker pool may serve several apps."""
 HEADER_STOCK_BEAT = "celery_beat_task"
 """The header stock beat (Celery 5.5+) puts on every message it sends, ``True``: carried too, so
 what tells a beat-sent task from others downstream keeps working (SPEC §4, message parity)."""
@@ -45,17 +51,22 @@ class TickMessage:
     task_id: str
     tick_ms: int
     trigger: Trigger = Trigger.AUTO
+    namespace: str | None = None
 
 
 def tick_headers(message: TickMessage) -> dict[str, Any]:
     """The ``periodic_*`` headers of ``message`` (``worker.periodic_origin`` reads them back),
     and stock beat's own ``celery_beat_task``."""
-    return {
+    headers: dict[str, Any] = {
         HEADER_STOCK_BEAT: True,
         HEADER_SCHEDULE: message.schedule,
+        HEADER_TASK_NAME: message.schedule,
         HEADER_TICK_MS: message.tick_ms,
         HEADER_TRIGGER: message.trigger.value,
     }
+    if message.namespace is not None:
+        headers[HEADER_NAMESPACE] = message.namespace
+    return headers
 
 
 def build_message(
@@ -66,6 +77,7 @@ def build_message(
     trigger: Trigger = Trigger.AUTO,
     overrides: Mapping[str, Any] | None = None,
     next_due_ms: int | None = None,
+    namespace: str | None = None,
 ) -> TickMessage:
     """The message of the tick at ``tick_ms``; ``overrides`` are merged over the kwargs (manual
     runs), and placeholders are rendered at ``tick_ms`` in the schedule's time zone.
@@ -90,6 +102,7 @@ def build_message(
         task_id=task_id,
         tick_ms=tick_ms,
         trigger=trigger,
+        namespace=namespace,
     )
 
 

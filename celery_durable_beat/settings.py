@@ -23,6 +23,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
+from celery_durable_beat.ids import NAMESPACE_PATTERN
 from celery_durable_beat.model import MissedPolicy
 from celery_durable_beat.redact import DEFAULT_KEYS
 from celery_durable_beat.redis_client import SETTING_OPTIONS, SETTING_URL, TRANSPORT_KEYS
@@ -86,6 +87,19 @@ def redelivery_count(value: Any) -> Any:
         raise ValueError(
             "must be a whole number of redeliveries, 0 or more (default 3; 0 never sends a "
             "tick again)"
+        )
+    return value
+
+
+def namespace_name(value: Any) -> Any:
+    """``namespace``, before its type: it becomes part of task ids, Redis keys and store rows,
+    so it is refused unless it is 1 to 40 of ``[a-z0-9_-]`` (SPEC §2)."""
+    if value is None:
+        return value
+    if not isinstance(value, str) or re.fullmatch(NAMESPACE_PATTERN, value) is None:
+        raise ValueError(
+            "must be 1 to 40 characters of a-z, 0-9, _ and - (e.g. 'billing'); leave it unset "
+            "for the default namespace"
         )
     return value
 
@@ -172,6 +186,10 @@ class Settings:
     second copy harmless)."""
     redeliver_max: int = field(default=3, metadata=_meta(before=redelivery_count))
     """Most redeliveries of one tick after its first publish."""
+    namespace: str | None = field(default=None, metadata=_meta(before=namespace_name))
+    """The namespace this app's schedules, history, actions, lease, claims and Redis keys live
+    in (SPEC §16), so several apps share one store and one Redis; unset: the default namespace,
+    whose ids, keys and rows are exactly those of releases before namespaces."""
 
     def __post_init__(self) -> None:
         given = {name: getattr(self, name) for name in SETTING_NAMES}

@@ -31,7 +31,9 @@ from kombu.serialization import dumps as serialize
 from kombu.utils.json import dumps as _kombu_dumps
 
 from celery_durable_beat.message import (
+    HEADER_NAMESPACE,
     HEADER_SCHEDULE,
+    HEADER_TASK_NAME,
     HEADER_TICK_MS,
     HEADER_TRIGGER,
     TickMessage,
@@ -48,6 +50,8 @@ _TICK_FIELDS: tuple[tuple[str, str], ...] = (
     ("headers", "kwargsrepr"),
     ("headers", "expires"),
     ("headers", HEADER_SCHEDULE),
+    ("headers", HEADER_TASK_NAME),
+    ("headers", HEADER_NAMESPACE),
     ("headers", HEADER_TICK_MS),
     ("headers", HEADER_TRIGGER),
     ("properties", "correlation_id"),
