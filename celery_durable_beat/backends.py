@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 def make_store(settings: Settings) -> Store:
     from celery_durable_beat.store.sql import SqlStore
 
-    return SqlStore(settings.url, stall_timeout_s=settings.lease_ttl)
+    return SqlStore(settings.url, stall_timeout_s=settings.lease_ttl, namespace=settings.namespace)
 
 
 def make_lease(settings: Settings, store: Store) -> Lease:

@@ -138,9 +138,12 @@ class BeatLoop:
         broker_errors: tuple[type[Exception], ...] = BASIC_BROKER_ERRORS,
         observer: RoundObserver = NO_OBSERVER,
         redelivery: Redeliverer | None = None,
+        app_name: str | None = None,
     ) -> None:
         """``definitions`` is what config sync makes the store hold; None turns sync off;
-        ``redelivery`` None: lost ticks are not sent again."""
+        ``redelivery`` None: lost ticks are not sent again; ``app_name`` (the app's ``main``)
+        is whose config rows sync keeps and archives (SPEC §16)."""
+        self.app_name = app_name
         self.observer = observer
         self.redelivery = redelivery
         self._started = 0.0
@@ -245,6 +248,8 @@ class BeatLoop:
                 self.store.now_ms(),
                 epoch=epoch,
                 renew=lambda: self._renew(epoch),
+                app=self.app_name,
+                namespace=self.store.namespace,
             )
             if not report.complete:
                 return False

@@ -140,8 +140,15 @@ def tick_message(due: DueSchedule, tick_ms: int, upcoming_ms: int | None = None)
     expires_at = None
     if upcoming_ms is not None:
         expires_at = due_ms(due.name, due.definition, upcoming_ms)
-    task_id = tick_task_id(due.name, tick_ms)
-    return build_message(due.name, due.definition, tick_ms, task_id, next_due_ms=expires_at)
+    task_id = tick_task_id(due.name, tick_ms, due.namespace)
+    return build_message(
+        due.name,
+        due.definition,
+        tick_ms,
+        task_id,
+        next_due_ms=expires_at,
+        namespace=due.namespace,
+    )
 
 
 class Dispatcher:

@@ -167,4 +167,5 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
         broker_errors=(KombuOperationalError, *BASIC_BROKER_ERRORS),
         observer=observer,
         redelivery=make_redelivery(app, settings, store, runs),
+        app_name=app.main or "__main__",
     )

@@ -34,7 +34,7 @@ from celery_durable_beat.backends import (
     make_store,
     make_worker_registry,
 )
-from celery_durable_beat.celery_config import app_defaults, translate_entry
+from celery_durable_beat.celery_config import app_defaults, load_app_modules, translate_entry
 from celery_durable_beat.clock import datetime_to_ms
 from celery_durable_beat.control.actors import check_actor, check_reason, local_actor
 from celery_durable_beat.control.backfill import plan_backfill, publish_backfill
@@ -214,7 +214,11 @@ class DurableBeat:
 
     @property
     def publisher(self) -> Publisher:
+        """The publisher of manual runs and backfills, made on first use. Celery's
+        ``send_task`` tells the result backend about each task, so the app's modules are
+        loaded first (``load_app_modules``: a ``django-db`` backend needs Django set up)."""
         if self._publisher is None:
+            load_app_modules(self.app)
             self._publisher = make_publisher(self.app, self.settings)
         return self._publisher
 
@@ -308,7 +312,11 @@ class DurableBeat:
         none: builtins.list[int] = []
         ticks = shown.planned("next", lambda: upcoming(record, now, count, after_ms), none)
         texts = [(t, shown.instant("next", t)) for t in ticks]
-        return [NextTick(t, text, tick_task_id(record.name, t)) for t, text in texts if text]
+        return [
+            NextTick(t, text, tick_task_id(record.name, t, self.store.namespace))
+            for t, text in texts
+            if text
+        ]
 
     def history(self, name: str, limit: int = 30, cursor: str | None = None) -> HistoryPage:
         """Audit events, newest first, ``limit`` (1..100) per page; readable after ``delete``."""
@@ -522,7 +530,9 @@ class DurableBeat:
         start_ms, end_ms = _instant_ms("from", start), _instant_ms("to", end)
         record = self._require(name)
         store = self.store
-        planned = plan_backfill(store, record, start_ms, end_ms, self.settings.history_keep)
+        keep = self.settings.history_keep
+        keep_setting = self.settings.names.of("history_keep")
+        planned = plan_backfill(store, record, start_ms, end_ms, keep, keep_setting)
         if dry_run or not planned.ticks:  # nothing sent: nothing to record
             return replace(planned, dry_run=dry_run)
         publish_backfill(store, self.publisher, record, planned.ticks)

@@ -44,9 +44,15 @@ CONFIRM_EVERY = 100
 
 
 def plan_backfill(
-    store: ControlStore, record: ScheduleRecord, start_ms: int, end_ms: int, keep: int
+    store: ControlStore,
+    record: ScheduleRecord,
+    start_ms: int,
+    end_ms: int,
+    keep: int,
+    keep_setting: str = "durable_beat_history_keep",
 ) -> BackfillResult:
-    """What a backfill of ``[start_ms, end_ms]`` publishes (dry: would), refusals first."""
+    """What a backfill of ``[start_ms, end_ms]`` publishes (dry: would), refusals first;
+    ``keep_setting`` names the history keep as the user wrote it."""
     refuse_archived(record, "backfill")
     refuse_unplannable(record, "backfill")
     if start_ms > end_ms:
@@ -60,8 +66,8 @@ def plan_backfill(
             field="to",
         )
     ticks = window_ticks(record.definition, start_ms, end_ms)
-    refuse_pruned(store, record.name, ticks, keep)
-    ids = [tick_task_id(record.name, tick) for tick in ticks]
+    refuse_pruned(store, record.name, ticks, keep, keep_setting)
+    ids = [tick_task_id(record.name, tick, store.namespace) for tick in ticks]
     done = store.enqueued_among(ids)
     missing = tuple(
         BackfillTick(format_tick_instant(tick), tick, task_id)
@@ -101,7 +107,13 @@ def _count(definition: Definition, low: int, high: int) -> str:
     return f"more than {COUNT_CAP}" if count >= COUNT_CAP else str(count)
 
 
-def refuse_pruned(store: ControlStore, name: str, ticks: Sequence[int], keep: int) -> None:
+def refuse_pruned(
+    store: ControlStore,
+    name: str,
+    ticks: Sequence[int],
+    keep: int,
+    keep_setting: str = "durable_beat_history_keep",
+) -> None:
     """InvalidArgument naming the oldest retained record when history may have been pruned and
     the window reaches before it (module docstring)."""
     if not ticks:
@@ -109,7 +121,7 @@ def refuse_pruned(store: ControlStore, name: str, ticks: Sequence[int], keep: in
     count, oldest = store.history_extent(name)
     if count >= keep and oldest is not None and ticks[0] < oldest:
         raise InvalidArgument(
-            f'the history of "{name}" was pruned (durable_beat_history_keep = {keep}); the '
+            f'the history of "{name}" was pruned ({keep_setting} = {keep}); the '
             f"oldest record left is of {format_tick_instant(oldest)}, so what ran before it "
             "cannot be proven: start the window at or after that instant",
             field="from",
@@ -122,7 +134,14 @@ def publish_backfill(
     """Publish ``ticks`` oldest first, recording each confirmed batch; PublishFailed (after
     recording the batch ``failed``) when the broker refuses or does not confirm."""
     messages = [
-        build_message(record.name, record.definition, t.tick_ms, t.task_id, Trigger.BACKFILL)
+        build_message(
+            record.name,
+            record.definition,
+            t.tick_ms,
+            t.task_id,
+            Trigger.BACKFILL,
+            namespace=store.namespace,
+        )
         for t in ticks
     ]
     with publisher.session() as session:

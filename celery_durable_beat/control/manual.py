@@ -46,14 +46,20 @@ def run_now(
     refuses it (the failure is recorded, and the same key may try again)."""
     overrides = check_kwargs(kwargs)
     refuse_unplannable(record, "run")
-    task_id = manual_task_id(record.name, idempotency_key)
+    task_id = manual_task_id(record.name, idempotency_key, store.namespace)
     body = None if idempotency_key is None else body_digest(task_id, idempotency_key, overrides)
     found = store.find_enqueued(task_id)
     if found is not None:
         refuse_other_body(found.detail, body)
         return TriggerResult(task_id, created=False)
     message = build_message(
-        record.name, record.definition, store.now_ms(), task_id, Trigger.MANUAL, overrides
+        record.name,
+        record.definition,
+        store.now_ms(),
+        task_id,
+        Trigger.MANUAL,
+        overrides,
+        namespace=store.namespace,
     )
     with publisher.session() as session:
         reason = session.publish(message) or session.confirm()  # delivered, not buffered

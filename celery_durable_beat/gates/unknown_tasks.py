@@ -34,7 +34,7 @@ class UnknownTaskWatch:
 
     def __call__(self, schedules: Sequence[DueSchedule]) -> set[int]:
         previous = {
-            tick_task_id(due.name, due.last_tick_ms): due.id
+            tick_task_id(due.name, due.last_tick_ms, due.namespace): due.id
             for due in schedules
             if due.last_tick_ms is not None
         }

@@ -1,4 +1,5 @@
-"""The store lease (the default): the SQL store's single fence row as the leader lease (SPEC §7).
+"""The store lease (the default): the SQL store's fence row as the leader lease (SPEC §7), one
+row per namespace (SPEC §16), so each namespace elects its own leader.
 
 Because the lease row *is* the fence row, each acquisition raises the store's fencing epoch in the
 same UPDATE: there is no window in which a new leader holds the lease but the store still accepts
@@ -44,7 +45,7 @@ from sqlalchemy.engine import Connection
 from celery_durable_beat.lease.base import FenceLease, LeaseRow
 from celery_durable_beat.store.sql import schema as sql_schema
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_TX_NOW
-from celery_durable_beat.store.tables import FENCE_ID, fence
+from celery_durable_beat.store.tables import DEFAULT_NAMESPACE, fence
 
 if TYPE_CHECKING:
     from celery_durable_beat.lease.base import Lease
@@ -94,14 +95,19 @@ _ROW = (fence.c.epoch, fence.c.holder, fence.c.expires_at_ms)
 
 
 def _acquire_or_renew(
-    conn: Connection, token: str, holder: str, ttl_ms: int, epoch: int | None = None
+    conn: Connection,
+    ns: str,
+    token: str,
+    holder: str,
+    ttl_ms: int,
+    epoch: int | None = None,
 ) -> LeaseRow:
     """Renew if ``token`` holds the lease (at ``epoch``, when the caller knows which it acquired),
     else take it if free or expired, else say who leads."""
     _bound_waits(conn, ttl_ms)
     now = _now(conn)
     returning = (*_ROW, now.label("now"))
-    mine = [fence.c.id == FENCE_ID, fence.c.token == token, fence.c.expires_at_ms > now]
+    mine = [fence.c.namespace == ns, fence.c.token == token, fence.c.expires_at_ms > now]
     if epoch is not None:
         mine.append(fence.c.epoch == epoch)
     renewed = conn.execute(
@@ -115,7 +121,7 @@ def _acquire_or_renew(
     acquire = (
         update(fence)
         .where(
-            fence.c.id == FENCE_ID,
+            fence.c.namespace == ns,
             or_(
                 fence.c.holder.is_(None),
                 fence.c.token.is_(None),
@@ -129,21 +135,21 @@ def _acquire_or_renew(
     acquired = conn.execute(acquire).first()
     if acquired is not None:
         return _returned(acquired, leader=True, acquired=True)
-    current = conn.execute(select(*returning).where(fence.c.id == FENCE_ID)).first()
+    current = conn.execute(select(*returning).where(fence.c.namespace == ns)).first()
     if current is None:
-        # A missing row (hand-made schema) must not make leadership impossible: seed and retry.
-        sql_schema.seed_fence(conn)
+        # A namespace's first lease, or a missing row (hand-made schema): seed and retry.
+        sql_schema.seed_fence(conn, ns)
         acquired = conn.execute(acquire).first()
         assert acquired is not None, "the fence row was just seeded"
         return _returned(acquired, leader=True, acquired=True)
     return _returned(current, leader=False, acquired=False)
 
 
-def _release(conn: Connection, token: str) -> bool:
+def _release(conn: Connection, ns: str, token: str) -> bool:
     """Give the lease up if ``token`` holds it (the epoch stays); True if it was held."""
     released = conn.execute(
         update(fence)
-        .where(fence.c.id == FENCE_ID, fence.c.token == token)
+        .where(fence.c.namespace == ns, fence.c.token == token)
         .values(holder=None, token=None, expires_at_ms=None)
     )
     return bool(released.rowcount)
@@ -151,25 +157,29 @@ def _release(conn: Connection, token: str) -> bool:
 
 @runtime_checkable
 class WriteTransactions(Protocol):
-    """What the store lease needs of a store: its transactions (``SqlStore`` has them)."""
+    """What the store lease needs of a store: its transactions and the namespace it serves
+    (``SqlStore`` has them): each namespace's lease is its own fence row (SPEC §16)."""
+
+    namespace: str | None
 
     def write_transaction(self, change: Callable[[Connection], T]) -> T:
         """Run ``change`` in one committed write transaction; ``StoreError`` if it fails."""
 
 
 class SqlFenceRows:
-    """The fence row's statements, each in one of the store's write transactions."""
+    """The namespace's fence row's statements, each in one of the store's write transactions."""
 
     def __init__(self, store: WriteTransactions) -> None:
         self.store = store
+        self.ns = DEFAULT_NAMESPACE if store.namespace is None else store.namespace
 
     def acquire_or_renew(self, token: str, holder: str, ttl_ms: int, epoch: int | None) -> LeaseRow:
         return self.store.write_transaction(
-            lambda conn: _acquire_or_renew(conn, token, holder, ttl_ms, epoch)
+            lambda conn: _acquire_or_renew(conn, self.ns, token, holder, ttl_ms, epoch)
         )
 
     def release(self, token: str) -> bool:
-        return self.store.write_transaction(lambda conn: _release(conn, token))
+        return self.store.write_transaction(lambda conn: _release(conn, self.ns, token))
 
 
 class StoreLease(FenceLease):

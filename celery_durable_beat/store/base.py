@@ -82,6 +82,8 @@ class SchemaStore(Protocol):
     """Opening and closing a store: every process that holds one."""
 
     url: str
+    namespace: str | None
+    """The namespace every call reads and writes (rule 7a); None: the default."""
 
     def ensure_schema(self) -> None:
         """Create the schema on an empty database; raise SchemaOutdated on an old one."""
@@ -201,6 +203,10 @@ class SyncStore(Protocol):
        a changed one gets version + 1, ``first_tick_ms`` and failures 0; a removed one is
        ``archived``. A re-plan that drops a tick already due (active, ``next_due_ms <=
        now_ms``) records a ``skipped`` event with reason ``replanned`` in the same transaction.
+    7a. **One namespace, its own app's config.** A store object serves one namespace (SPEC
+       §16): every read and write above and below is of that namespace's rows only, fenced by
+       that namespace's own epoch. Each digest names the app whose sync last kept the row
+       (``StoredDigest.app``; None before namespaces); sync archives no row another app kept.
     """
 
     def definition_digests(self, names: Sequence[str]) -> list[StoredDigest]:
@@ -208,9 +214,16 @@ class SyncStore(Protocol):
         schedule not archived, each once (rule 7)."""
 
     def sync_config(
-        self, changes: Sequence[ConfigChange], epoch: int, now_ms: int
+        self,
+        changes: Sequence[ConfigChange],
+        epoch: int,
+        now_ms: int,
+        app: str | None = None,
     ) -> list[UpsertResult]:
-        """Apply one batch of config differences, fenced (rule 7); one result per change."""
+        """Apply one batch of config differences, fenced (rule 7); one result per change.
+        ``app`` (the syncing app's ``main`` name) is recorded on each config row the batch
+        keeps (created, updated or unchanged), so another app sharing the namespace archives
+        none of them (rule 7a)."""
 
     def leader_info(self) -> LeaderInfo:
         """As ``StatusStore.leader_info``: the epoch a one-off sync outside any election (a

@@ -78,6 +78,7 @@ from celery_durable_beat.store.values import (
     StoredDigest,
     StoredEvent,
     UpsertDecision,
+    UpsertOutcome,
     UpsertResult,
 )
 
@@ -98,8 +99,16 @@ class MemoryStore:
     settles_beside_claims = True
     """Rule 12: every call takes the one lock, so a settle on another thread is safe."""
 
-    def __init__(self, clock: Callable[[], int] | None = None, *, url: str = "memory://") -> None:
+    def __init__(
+        self,
+        clock: Callable[[], int] | None = None,
+        *,
+        url: str = "memory://",
+        namespace: str | None = None,
+    ) -> None:
         self.url = url
+        # One namespace per store object: another namespace is another MemoryStore (SPEC §16).
+        self.namespace = namespace
         self._clock = clock or SystemClock().now_ms
         self._lock = threading.RLock()
         self._rows: dict[str, Row] = {}  # by lower-cased name
@@ -149,7 +158,7 @@ class MemoryStore:
                 ),
                 key=lambda row: (row.next_due_ms, row.id),
             )[:limit]
-            due = [row.due() for row in rows]
+            due = [row.due(self.namespace) for row in rows]
         yield MemoryClaim(self, due)
 
     def settle(
@@ -245,10 +254,16 @@ class MemoryStore:
                 if key in keys
                 or (row.source is Source.CONFIG and row.state is not ScheduleState.ARCHIVED)
             ]
-        return [StoredDigest(r.name, r.source, r.state, r.definition_hash) for r in rows]
+        return [
+            StoredDigest(r.name, r.source, r.state, r.definition_hash, r.config_app) for r in rows
+        ]
 
     def sync_config(
-        self, changes: Sequence[ConfigChange], epoch: int, now_ms: int
+        self,
+        changes: Sequence[ConfigChange],
+        epoch: int,
+        now_ms: int,
+        app: str | None = None,
     ) -> list[UpsertResult]:
         """Rule 7 under the store's one lock: fence first, decide every change, then write."""
         keys = check_changes(changes)
@@ -264,6 +279,9 @@ class MemoryStore:
                 self._write_decision(key, stored, Source.CONFIG, decision, now_ms, epoch)
                 if decision.dropped is not None:
                     self._insert_events([_Pending(decision.dropped, epoch, now_ms)])
+                row = self._rows.get(key)
+                if app is not None and row is not None and decision.status in _KEPT:
+                    row.config_app = app if row.source is Source.CONFIG else row.config_app
         return [UpsertResult(d.name, d.status, d.version) for d in decisions]
 
     def set_state(
@@ -484,6 +502,10 @@ class MemoryStore:
         if state is None:
             return event
         return StoredEvent(**{**event.__dict__, "run_state": state})
+
+
+_KEPT = (UpsertOutcome.CREATED, UpsertOutcome.UPDATED, UpsertOutcome.UNCHANGED)
+"""Config sync's decisions that keep a row in the config: it carries the syncing app's name."""
 
 
 def _detached(definition: Definition) -> Definition:

@@ -78,6 +78,7 @@ class Row:
     state_reason: StateReason | None = None
     buffered_tick_ms: int | None = None
     streak_from_ms: int | None = None
+    config_app: str | None = None
 
     @classmethod
     def new(cls, row_id: int, definition: Definition, source: Source, now_ms: int) -> Row:
@@ -147,7 +148,7 @@ class Row:
         """The row as a write decision reads it (``rules.decide_upsert``)."""
         return stored_row(self.record())
 
-    def due(self) -> DueSchedule:
+    def due(self, namespace: str | None = None) -> DueSchedule:
         return DueSchedule(
             id=self.id,
             name=self.name,
@@ -158,6 +159,7 @@ class Row:
             failures=self.failures,
             buffered_tick_ms=self.buffered_tick_ms,
             streak_from_ms=self.streak_from_ms,
+            namespace=namespace,
         )
 
     def record(self) -> ScheduleRecord:

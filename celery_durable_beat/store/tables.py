@@ -41,6 +41,12 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 VERSION_TABLE = "durable_beat_alembic_version"
 """Alembic's bookkeeping table; prefixed so it never collides with the application's own."""
 
+NAMESPACE_LENGTH = 40
+"""Longest ``durable_beat_namespace`` (SPEC §2)."""
+DEFAULT_NAMESPACE = ""
+"""The default namespace's stored value (setting unset): what every row made before namespaces
+holds after the upgrade, so the default namespace reads exactly the rows it always had."""
+
 TASK_ID_LENGTH = 300
 """Room for ``<key>@manual-<32 hex>`` with the longest key a 200-character name can produce."""
 
@@ -51,6 +57,7 @@ schedules = Table(
     "durable_beat_schedules",
     metadata,
     Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("namespace", String(NAMESPACE_LENGTH), nullable=False, server_default=""),
     Column("name", String(NAME_LENGTH), nullable=False),
     Column("name_key", String(NAME_LENGTH), nullable=False),
     Column("definition", JSON(), nullable=False),
@@ -74,23 +81,28 @@ schedules = Table(
     # ``pause_on_failure`` counts failed runs of ticks at or after this instant only: set when
     # the schedule is planned from now (created, changed, resumed), so resuming clears the count.
     Column("streak_from_ms", BigInteger(), nullable=True),
-    UniqueConstraint("name_key"),
+    # The ``main`` name of the app whose config sync wrote a config row (NULL for API rows and
+    # for rows synced before namespaces): sync archives only its own app's rows (SPEC §16).
+    Column("config_app", String(255), nullable=True),
+    UniqueConstraint("namespace", "name_key"),
     CheckConstraint("source IN ('config', 'api')", name="source"),
     CheckConstraint("state IN ('active', 'paused', 'archived', 'quarantined')", name="state"),
     CheckConstraint("state = 'active' OR next_due_ms IS NULL", name="due_only_when_active"),
 )
-Index("ix_durable_beat_schedules_next_due_ms", schedules.c.next_due_ms)
+Index("ix_durable_beat_schedules_namespace_next_due_ms", schedules.c.namespace,
+      schedules.c.next_due_ms)  # fmt: skip
 
 CONFIG_ROWS = schedules.c.source == literal_column("'config'")
 """Config sync's rows (store rule 7), as SQL text so a prepared plan still matches the index:
 a store of a million API schedules lets sync read only the few the config owns."""
-Index("ix_durable_beat_schedules_config_name_key", schedules.c.name_key,
-      postgresql_where=CONFIG_ROWS, sqlite_where=CONFIG_ROWS)  # fmt: skip
+Index("ix_durable_beat_schedules_config_namespace_name_key", schedules.c.namespace,
+      schedules.c.name_key, postgresql_where=CONFIG_ROWS, sqlite_where=CONFIG_ROWS)  # fmt: skip
 
 audit = Table(
     "durable_beat_audit",
     metadata,
     Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("namespace", String(NAMESPACE_LENGTH), nullable=False, server_default=""),
     Column("schedule", String(NAME_LENGTH), nullable=False),
     Column("schedule_key", String(NAME_LENGTH), nullable=False),
     Column("tick_ms", BigInteger(), nullable=False),
@@ -110,13 +122,14 @@ audit = Table(
     Column("sent_ms", BigInteger(), nullable=True),
     Column("redeliveries", Integer(), nullable=True),
 )
-Index("ix_durable_beat_audit_schedule_key_id", audit.c.schedule_key, audit.c.id)
+Index("ix_durable_beat_audit_namespace_schedule_key_id", audit.c.namespace, audit.c.schedule_key,
+      audit.c.id)  # fmt: skip
 
 RECHECK = audit.c.recheck_ms.is_not(None)
 """The redelivery index's predicate: it holds only the ticks still watched, so an idle check is
 one probe of a tiny index whatever the size of the history."""
-Index("ix_durable_beat_audit_recheck_ms", audit.c.recheck_ms, postgresql_where=RECHECK,
-      sqlite_where=RECHECK)  # fmt: skip
+Index("ix_durable_beat_audit_namespace_recheck_ms", audit.c.namespace, audit.c.recheck_ms,
+      postgresql_where=RECHECK, sqlite_where=RECHECK)  # fmt: skip
 
 ENQUEUED = and_(
     audit.c.outcome == literal_column("'enqueued'"),
@@ -125,7 +138,9 @@ ENQUEUED = and_(
 """The partial unique index's predicate, as SQL text rather than bound parameters: queries and
 ON CONFLICT targets repeat it verbatim so PostgreSQL can match them to the index even in a
 generic (prepared) plan. A redelivery's own ``enqueued`` record (trigger ``redeliver``) carries
-the tick's task id again and is left out: one tick, one first record, any number of re-sends."""
+the tick's task id again and is left out: one tick, one first record, any number of re-sends.
+Task ids carry their namespace (``ids``), so the index needs no namespace column to keep two
+namespaces' ticks apart."""
 
 Index(
     "uq_durable_beat_audit_enqueued_task_id",
@@ -138,21 +153,20 @@ Index(
 fence = Table(
     "durable_beat_fence",
     metadata,
-    Column("id", Integer(), primary_key=True, autoincrement=False),
+    Column("namespace", String(NAMESPACE_LENGTH), primary_key=True),
     Column("epoch", BigInteger(), nullable=False),
     Column("holder", String(255), nullable=True),
     Column("token", String(255), nullable=True),
     Column("expires_at_ms", BigInteger(), nullable=True),
-    CheckConstraint("id = 1", name="single_row"),
 )
-
-FENCE_ID = 1
-"""The fence is one row: the newest epoch seen and, for the store lease, who holds it."""
+"""One row per namespace: the newest epoch seen there and, for the store lease, who holds it;
+each namespace has its own leader and its own fencing epoch (SPEC §16)."""
 
 runs = Table(
     "durable_beat_runs",
     metadata,
     Column("task_id", String(TASK_ID_LENGTH), primary_key=True),
+    Column("namespace", String(NAMESPACE_LENGTH), nullable=False, server_default=""),
     Column("schedule_key", String(NAME_LENGTH), nullable=False),
     Column("tick_ms", BigInteger(), nullable=False),
     Column("trigger", String(16), nullable=False),
@@ -161,11 +175,13 @@ runs = Table(
     Column("updated_at_ms", BigInteger(), nullable=False),
     Column("expires_at_ms", BigInteger(), nullable=True),
 )
-Index("ix_durable_beat_runs_schedule_key_tick_ms", runs.c.schedule_key, runs.c.tick_ms)
+Index("ix_durable_beat_runs_namespace_schedule_key_tick_ms", runs.c.namespace, runs.c.schedule_key,
+      runs.c.tick_ms)  # fmt: skip
 
 workers = Table(
     "durable_beat_workers",
     metadata,
+    Column("namespace", String(NAMESPACE_LENGTH), primary_key=True, server_default=""),
     Column("hostname", String(255), primary_key=True),
     Column("queues", JSON(), nullable=False),
     Column("last_seen_ms", BigInteger(), nullable=False),
@@ -177,6 +193,7 @@ actions = Table(
     "durable_beat_actions",
     metadata,
     Column("id", _ID, primary_key=True, autoincrement=True),
+    Column("namespace", String(NAMESPACE_LENGTH), nullable=False, server_default=""),
     Column("at_ms", BigInteger(), nullable=False),
     Column("actor", String(ACTOR_LENGTH), nullable=False),
     Column("action", String(16), nullable=False),
@@ -186,4 +203,5 @@ actions = Table(
 )
 """Who did what (SPEC §15): one row per operator action, keyed by schedule name like the audit
 (it outlives the schedule), kept ``durable_beat_history_keep`` rows per schedule."""
-Index("ix_durable_beat_actions_schedule_key_id", actions.c.schedule_key, actions.c.id)
+Index("ix_durable_beat_actions_namespace_schedule_key_id", actions.c.namespace,
+      actions.c.schedule_key, actions.c.id)  # fmt: skip

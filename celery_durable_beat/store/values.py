@@ -68,6 +68,8 @@ class DueSchedule:
     """``buffer_one``: the tick waiting for the previous run to end."""
     streak_from_ms: int | None = None
     """``pause_on_failure`` counts failed runs of ticks at or after this instant only."""
+    namespace: str | None = None
+    """The namespace the store read it in (None: the default), for its ticks' ids (SPEC §16)."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +223,9 @@ class StoredDigest:
     source: Source
     state: ScheduleState
     definition_hash: str
+    app: str | None = None
+    """The ``main`` name of the app whose config sync last wrote a config row (None: an API row,
+    or one synced before namespaces); sync archives no other app's rows (SPEC §16)."""
 
 
 @dataclass(frozen=True)

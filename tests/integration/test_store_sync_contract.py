@@ -21,7 +21,7 @@ from celery_durable_beat.model import Definition, Outcome, Reason, ScheduleState
 from celery_durable_beat.schedules.spec import AtSpec, IntervalSpec
 from celery_durable_beat.store.base import AuditEvent, ConfigChange, Store
 from celery_durable_beat.store.sql import SqlStore, config_sync
-from celery_durable_beat.store.tables import CONFIG_ROWS, FENCE_ID, fence, schedules
+from celery_durable_beat.store.tables import CONFIG_ROWS, DEFAULT_NAMESPACE, fence, schedules
 from celery_durable_beat.sync import sync_definitions
 
 pytestmark = pytest.mark.integration
@@ -105,7 +105,7 @@ def test_sync_reads_the_config_rows_through_their_index(pg_store: SqlStore) -> N
         conn.exec_driver_sql("SET enable_seqscan = off")
         sql = str(query.compile(conn, compile_kwargs={"literal_binds": True}))
         plan = "\n".join(row[0] for row in conn.exec_driver_sql("EXPLAIN " + sql))
-    assert "ix_durable_beat_schedules_config_name_key" in plan, plan
+    assert "ix_durable_beat_schedules_config_namespace_name_key" in plan, plan
 
 
 def test_sync_config_never_touches_an_api_schedule(store: Store) -> None:
@@ -126,7 +126,7 @@ def test_an_api_schedule_created_after_the_read_is_left_alone(
     """The race the INSERT's ON CONFLICT covers (COPY + INSERT … SELECT on PostgreSQL): the
     API creates the row between sync's read of the batch and its insert."""
     sql_store.upsert(definition("raced", every_ms=7 * MINUTE), Source.API, 1_000, now_ms=0)
-    monkeypatch.setattr(config_sync, "_rows", lambda _conn, _keys: {})  # read before the API
+    monkeypatch.setattr(config_sync, "_rows", lambda _conn, _ns, _keys: {})  # read before the API
     results = sql_store.sync_config([change("raced"), change("fresh")], epoch=0, now_ms=1)
     assert [(r.name, r.status) for r in results] == [("raced", "ignored"), ("fresh", "created")]
     raced, fresh = sql_store.get("raced"), sql_store.get("fresh")
@@ -233,7 +233,7 @@ def test_postgresql_orders_sync_after_an_epoch_bump_it_waited_for(pg_store: SqlS
     outcome: list[object] = []
     with pg_store._get_engine().connect() as bumper:
         tx = bumper.begin()
-        bumper.execute(update(fence).where(fence.c.id == FENCE_ID).values(epoch=6))
+        bumper.execute(update(fence).where(fence.c.namespace == DEFAULT_NAMESPACE).values(epoch=6))
 
         def sync() -> None:
             try:

@@ -92,6 +92,7 @@ def stands_by(
 class FakeStore:
     """The store calls the loop and leadership make, answered from memory."""
 
+    namespace: str | None = None
     now_ms_value: int = 1_780_000_000_000
     due_ms: int | None = None
     epochs: list[int] = field(default_factory=list)
@@ -119,7 +120,9 @@ class FakeStore:
         self.sync_calls += 1
         return []
 
-    def sync_config(self, changes: list[Any], epoch: int, now_ms: int) -> list[Any]:
+    def sync_config(
+        self, changes: list[Any], epoch: int, now_ms: int, app: str | None = None
+    ) -> list[Any]:
         return []
 
     def prune_history(self, names: list[str], keep: int) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import and_, delete, func, select
 from sqlalchemy.engine import Connection, Row
 
 from celery_durable_beat.ids import name_key
@@ -23,7 +23,7 @@ from celery_durable_beat.store.tables import actions, audit
 from celery_durable_beat.store.values import ActionEntry, AuditEvent, StoredAction
 
 
-def record_action(conn: Connection, entry: ActionEntry, keep: int) -> None:
+def record_action(conn: Connection, ns: str, entry: ActionEntry, keep: int) -> None:
     """One action row stamped with the store's clock, then the schedule's surplus removed."""
     check_action(entry)
     check_at_least("keep", keep, 1)
@@ -31,6 +31,7 @@ def record_action(conn: Connection, entry: ActionEntry, keep: int) -> None:
     postgres = conn.dialect.name == "postgresql"
     conn.execute(
         actions.insert().values(
+            namespace=ns,
             at_ms=PG_NOW if postgres else HOST_CLOCK.now_ms(),
             actor=entry.actor,
             action=entry.action.value,
@@ -39,28 +40,24 @@ def record_action(conn: Connection, entry: ActionEntry, keep: int) -> None:
             reason=entry.reason,
         )
     )
-    conn.execute(delete(actions).where(actions.c.id.in_(_surplus(key, keep))))
+    conn.execute(delete(actions).where(actions.c.id.in_(_surplus(ns, key, keep))))
 
 
-def _surplus(key: str, keep: int) -> Any:
+def _surplus(ns: str, key: str, keep: int) -> Any:
     """The ids of ``key``'s rows older than its ``keep`` newest (``rules.prunable_actions``)."""
-    newest = (
-        select(actions.c.id)
-        .where(actions.c.schedule_key == key)
-        .order_by(actions.c.id.desc())
-        .limit(keep)
-        .subquery()
-    )
+    own = and_(actions.c.namespace == ns, actions.c.schedule_key == key)
+    newest = select(actions.c.id).where(own).order_by(actions.c.id.desc()).limit(keep).subquery()
     floor = select(func.min(newest.c.id)).scalar_subquery()
-    return select(actions.c.id).where(actions.c.schedule_key == key, actions.c.id < floor)
+    return select(actions.c.id).where(own, actions.c.id < floor)
 
 
 def list_actions(
-    conn: Connection, name: str | None, limit: int, before_id: int | None
+    conn: Connection, ns: str, name: str | None, limit: int, before_id: int | None
 ) -> list[StoredAction]:
-    """Newest first, one schedule's (``name``) or everyone's, ids below ``before_id``."""
+    """Newest first, one schedule's (``name``) or everyone's in the namespace, ids below
+    ``before_id``."""
     check_at_least("actions limit", limit, 1)
-    query = select(actions)
+    query = select(actions).where(actions.c.namespace == ns)
     if name is not None:
         query = query.where(actions.c.schedule_key == name_key(name))
     if before_id is not None:
@@ -80,19 +77,19 @@ def _to_action(row: Row[Any]) -> StoredAction:
     )
 
 
-def record_backfill(conn: Connection, events: Sequence[AuditEvent]) -> None:
+def record_backfill(conn: Connection, ns: str, events: Sequence[AuditEvent]) -> None:
     """A backfill's records, unfenced like a manual run's (rule 10); an ``enqueued`` record
     whose task id has one already (an automatic tick that got there first) is dropped."""
     check_backfill(events)
     for event in events:
-        record_manual(conn, event, check=False)
+        record_manual(conn, ns, event, check=False)
 
 
-def history_extent(conn: Connection, name: str) -> tuple[int, int | None]:
+def history_extent(conn: Connection, ns: str, name: str) -> tuple[int, int | None]:
     """How many audit records a schedule keeps, and the oldest tick among them."""
     row = conn.execute(
         select(func.count(), func.min(audit.c.tick_ms)).where(
-            audit.c.schedule_key == name_key(name)
+            audit.c.namespace == ns, audit.c.schedule_key == name_key(name)
         )
     ).one()
     return int(row[0]), None if row[1] is None else int(row[1])

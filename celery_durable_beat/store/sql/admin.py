@@ -26,6 +26,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Connection, Row
+from sqlalchemy.sql.elements import ColumnElement
 
 from celery_durable_beat.exceptions import ScheduleNotFound
 from celery_durable_beat.ids import name_key
@@ -50,7 +51,7 @@ from celery_durable_beat.store.rules import (
 )
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, insert_into
 from celery_durable_beat.store.sql.round import audit_values
-from celery_durable_beat.store.tables import ENQUEUED, FENCE_ID, audit, fence, runs, schedules
+from celery_durable_beat.store.tables import ENQUEUED, audit, fence, runs, schedules
 from celery_durable_beat.store.values import (
     PRUNE_CHUNK,
     AuditEvent,
@@ -94,21 +95,40 @@ def to_record(row: Row[Any]) -> ScheduleRecord:
     )
 
 
-def get(conn: Connection, name: str) -> ScheduleRecord | None:
-    row = conn.execute(_records().where(schedules.c.name_key == name_key(name))).first()
+def _named(ns: str, name: str) -> ColumnElement[bool]:
+    """The row of ``name`` in the namespace: the unique ``(namespace, name_key)`` key."""
+    return and_(schedules.c.namespace == ns, schedules.c.name_key == name_key(name))
+
+
+def newest_epoch(ns: str) -> Any:
+    """The namespace's newest epoch as a subquery (0 without a fence row), for records written
+    outside the fence (manual runs, upserts) to carry, for reading only."""
+    newest = select(fence.c.epoch).where(fence.c.namespace == ns).scalar_subquery()
+    return func.coalesce(newest, 0)
+
+
+def get(conn: Connection, ns: str, name: str) -> ScheduleRecord | None:
+    row = conn.execute(_records().where(_named(ns, name))).first()
     return None if row is None else to_record(row)
 
 
-def list_schedules(conn: Connection) -> list[ScheduleRecord]:
-    rows = conn.execute(_records().order_by(schedules.c.name_key, schedules.c.id))
+def list_schedules(conn: Connection, ns: str) -> list[ScheduleRecord]:
+    rows = conn.execute(
+        _records().where(schedules.c.namespace == ns).order_by(schedules.c.name_key, schedules.c.id)
+    )
     return [to_record(row) for row in rows]
 
 
 def page_schedules(
-    conn: Connection, contains: str, state: ScheduleState | None, offset: int, limit: int
+    conn: Connection,
+    ns: str,
+    contains: str,
+    state: ScheduleState | None,
+    offset: int,
+    limit: int,
 ) -> tuple[list[ScheduleRecord], int]:
     """See ``Store.page_schedules``: the page and the matching count, two bounded statements."""
-    where = []
+    where = [schedules.c.namespace == ns]
     if contains:
         # The stored key, lower-cased by Python as every key is (``ids.name_key``): the
         # database's lower() differs for some letters ("İ"), and SQLite's folds ASCII only.
@@ -127,7 +147,12 @@ def page_schedules(
 
 
 def upsert(
-    conn: Connection, definition: Definition, source: Source, first_tick_ms: int | None, now_ms: int
+    conn: Connection,
+    ns: str,
+    definition: Definition,
+    source: Source,
+    first_tick_ms: int | None,
+    now_ms: int,
 ) -> UpsertResult:
     """See ``AdminStore.upsert``: ``rules.decide_upsert`` against the row locked for update.
 
@@ -136,7 +161,9 @@ def upsert(
     key = storable_key(definition.name)
     for _attempt in range(2):
         row = conn.execute(
-            select(schedules).where(schedules.c.name_key == key).with_for_update()
+            select(schedules)
+            .where(schedules.c.namespace == ns, schedules.c.name_key == key)
+            .with_for_update()
         ).first()
         found = None if row is None else to_stored_row(row)
         decision = decide_upsert(found, definition, source, first_tick_ms)
@@ -144,8 +171,8 @@ def upsert(
         if decision.values is None:
             return result
         if row is None:
-            if _insert(conn, definition, key, source, decision, now_ms):
-                _record_created(conn, decision, now_ms)
+            if _insert(conn, ns, definition, key, source, decision, now_ms):
+                _record_created(conn, ns, decision, now_ms)
                 return result
             continue  # a concurrent upsert created it first: decide against that row
         conn.execute(
@@ -182,22 +209,22 @@ def to_stored_row(row: Any) -> StoredRow:
     )
 
 
-def _record_created(conn: Connection, decision: UpsertDecision, now_ms: int) -> None:
+def _record_created(conn: Connection, ns: str, decision: UpsertDecision, now_ms: int) -> None:
     """The record a creation leaves (an ``@at`` already past: ``skipped``, ``missed``), in the
     upsert's transaction, with the fence's newest epoch for reading only (an upsert is not
     fenced, like a manual run)."""
     if decision.dropped is None:
         return
-    newest = select(fence.c.epoch).where(fence.c.id == FENCE_ID).scalar_subquery()
     conn.execute(
         audit.insert().values(
-            **audit_values(decision.dropped), epoch=func.coalesce(newest, 0), recorded_at_ms=now_ms
+            **audit_values(decision.dropped, ns), epoch=newest_epoch(ns), recorded_at_ms=now_ms
         )
     )
 
 
 def _insert(
     conn: Connection,
+    ns: str,
     definition: Definition,
     key: str,
     source: Source,
@@ -207,6 +234,7 @@ def _insert(
     stmt = (
         insert_into(schedules, conn.dialect.name)
         .values(
+            namespace=ns,
             name=definition.name,
             name_key=key,
             definition=definition.to_json(),
@@ -218,7 +246,7 @@ def _insert(
             updated_at_ms=now_ms,
             **column_values(decision.values or {}),
         )
-        .on_conflict_do_nothing(index_elements=[schedules.c.name_key])
+        .on_conflict_do_nothing(index_elements=[schedules.c.namespace, schedules.c.name_key])
         .returning(schedules.c.id)
     )
     return conn.execute(stmt).first() is not None
@@ -226,6 +254,7 @@ def _insert(
 
 def set_state(
     conn: Connection,
+    ns: str,
     name: str,
     state: ScheduleState,
     *,
@@ -237,7 +266,7 @@ def set_state(
     """Write the state and exactly the given next tick/due (None clears them)."""
     result = conn.execute(
         update(schedules)
-        .where(schedules.c.name_key == name_key(name))
+        .where(_named(ns, name))
         .values(
             **state_values(state, next_tick_ms, next_due_ms, reason),
             failures=0,
@@ -246,30 +275,29 @@ def set_state(
     )
     if result.rowcount == 0:
         raise ScheduleNotFound(name)
-    record = get(conn, name)
+    record = get(conn, ns, name)
     assert record is not None
     return record
 
 
-def delete_schedule(conn: Connection, name: str) -> bool:
-    result = conn.execute(delete(schedules).where(schedules.c.name_key == name_key(name)))
+def delete_schedule(conn: Connection, ns: str, name: str) -> bool:
+    result = conn.execute(delete(schedules).where(_named(ns, name)))
     return result.rowcount > 0
 
 
-def record_manual(conn: Connection, event: AuditEvent, *, check: bool = True) -> None:
+def record_manual(conn: Connection, ns: str, event: AuditEvent, *, check: bool = True) -> None:
     """One manual run's record, outside the fence by design (``AdminStore`` rule 10): no epoch
     condition; the row carries the fence's newest epoch, read in the same statement, for
     reading only. A second ``enqueued`` row for its task id is dropped (rule 3). ``check``
     False: the caller checked the trigger already (a backfill's records)."""
     if check:
         check_manual(event)
-    newest = select(fence.c.epoch).where(fence.c.id == FENCE_ID).scalar_subquery()
     postgres = conn.dialect.name == "postgresql"
     stmt = (
         insert_into(audit, conn.dialect.name)
         .values(
-            **audit_values(event),
-            epoch=func.coalesce(newest, 0),
+            **audit_values(event, ns),
+            epoch=newest_epoch(ns),
             recorded_at_ms=PG_NOW if postgres else HOST_CLOCK.now_ms(),
         )
         .on_conflict_do_nothing(index_elements=[audit.c.task_id], index_where=ENQUEUED)
@@ -301,21 +329,24 @@ def to_event(row: Row[Any]) -> StoredEvent:
     )
 
 
-def history(conn: Connection, name: str, limit: int, before_id: int | None) -> list[StoredEvent]:
+def history(
+    conn: Connection, ns: str, name: str, limit: int, before_id: int | None
+) -> list[StoredEvent]:
     check_at_least("history limit", limit, 1)
-    query = _events_query().where(audit.c.schedule_key == name_key(name))
+    query = _events_query().where(audit.c.namespace == ns, audit.c.schedule_key == name_key(name))
     if before_id is not None:
         query = query.where(audit.c.id < before_id)
     rows = conn.execute(query.order_by(audit.c.id.desc()).limit(limit))
     return [to_event(row) for row in rows]
 
 
-def find_enqueued(conn: Connection, task_id: str) -> StoredEvent | None:
-    row = conn.execute(_events_query().where(audit.c.task_id == task_id, ENQUEUED)).first()
+def find_enqueued(conn: Connection, ns: str, task_id: str) -> StoredEvent | None:
+    query = _events_query().where(audit.c.task_id == task_id, ENQUEUED, audit.c.namespace == ns)
+    row = conn.execute(query).first()
     return None if row is None else to_event(row)
 
 
-def prune_history(conn: Connection, names: Sequence[str], keep: int) -> int:
+def prune_history(conn: Connection, ns: str, names: Sequence[str], keep: int) -> int:
     """One DELETE per ``PRUNE_CHUNK`` schedules, below each one's ``keep``-th newest event.
 
     What survives is ``rules.prunable``'s choice (the memory store calls it; the contract tests
@@ -328,13 +359,13 @@ def prune_history(conn: Connection, names: Sequence[str], keep: int) -> int:
     removed = 0
     postgres = conn.dialect.name == "postgresql"
     for chunk in iter_chunks(sorted({name_key(name) for name in names}), PRUNE_CHUNK):
-        surplus = _prunable(list(chunk), keep, postgres)
+        surplus = _prunable(ns, list(chunk), keep, postgres)
         result = conn.execute(delete(audit).where(audit.c.id.in_(surplus)))
         removed += result.rowcount
     return removed
 
 
-def _prunable(keys: list[str], keep: int, postgres: bool) -> Any:
+def _prunable(ns: str, keys: list[str], keep: int, postgres: bool) -> Any:
     """The ids of the chunk's surplus records, in one SELECT (see ``prune_history``). The keys
     go to PostgreSQL as one array (hundreds of parameters cost psycopg more to place in the
     statement than the statement costs the server), to SQLite as an IN list within its limit."""
@@ -356,13 +387,18 @@ def _prunable(keys: list[str], keep: int, postgres: bool) -> Any:
             .over(partition_by=own)
             .label("newest_enqueued"),
         )
-        .where(chosen)
+        .where(audit.c.namespace == ns, chosen)
         .subquery("ranked")
     )
     next_tick = func.coalesce(schedules.c.next_tick_ms, NO_TICK)
     return (
         select(ranked.c.id)
-        .select_from(ranked.outerjoin(schedules, schedules.c.name_key == ranked.c.key))
+        .select_from(
+            ranked.outerjoin(
+                schedules,
+                and_(schedules.c.namespace == ns, schedules.c.name_key == ranked.c.key),
+            )
+        )
         .where(
             ranked.c.rank > keep,
             ranked.c.id != func.coalesce(ranked.c.newest_enqueued, -1),
@@ -372,13 +408,21 @@ def _prunable(keys: list[str], keep: int, postgres: bool) -> Any:
     )
 
 
-def counts_by_state(conn: Connection) -> dict[str, int]:
+def counts_by_state(conn: Connection, ns: str) -> dict[str, int]:
     counts = {state.value: 0 for state in ScheduleState}
-    rows = conn.execute(select(schedules.c.state, func.count()).group_by(schedules.c.state)).all()
+    rows = conn.execute(
+        select(schedules.c.state, func.count())
+        .where(schedules.c.namespace == ns)
+        .group_by(schedules.c.state)
+    ).all()
     counts.update((state, int(count)) for state, count in rows)
     return counts
 
 
-def due_backlog(conn: Connection, now_ms: int) -> int:
-    query = select(func.count()).select_from(schedules).where(schedules.c.next_due_ms <= now_ms)
+def due_backlog(conn: Connection, ns: str, now_ms: int) -> int:
+    query = (
+        select(func.count())
+        .select_from(schedules)
+        .where(schedules.c.namespace == ns, schedules.c.next_due_ms <= now_ms)
+    )
     return int(conn.execute(query).scalar_one())

@@ -18,7 +18,17 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import JSON, bindparam, column, literal_column, select, table, text, update
+from sqlalchemy import (
+    JSON,
+    bindparam,
+    column,
+    literal_column,
+    or_,
+    select,
+    table,
+    text,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.engine import Connection
 
@@ -34,7 +44,7 @@ from celery_durable_beat.store.rules import (
 )
 from celery_durable_beat.store.sql.admin import to_stored_row
 from celery_durable_beat.store.sql.engine import IN_CHUNK, insert_into
-from celery_durable_beat.store.tables import CONFIG_ROWS, FENCE_ID, audit, fence, schedules
+from celery_durable_beat.store.tables import CONFIG_ROWS, audit, fence, schedules
 from celery_durable_beat.store.values import (
     ConfigChange,
     StoredDigest,
@@ -45,63 +55,82 @@ from celery_durable_beat.store.values import (
 )
 
 
-def definition_digests(conn: Connection, names: Sequence[str]) -> list[StoredDigest]:
-    """Rule 7's reads: four narrow columns, never the definitions themselves, of the config
-    rows not archived (the partial index ``CONFIG_ROWS`` finds them) and of the rows named (by
-    their unique key, ``IN_CHUNK`` at a time)."""
+def definition_digests(conn: Connection, ns: str, names: Sequence[str]) -> list[StoredDigest]:
+    """Rule 7's reads: five narrow columns, never the definitions themselves, of the
+    namespace's config rows not archived (the partial index ``CONFIG_ROWS`` on
+    ``(namespace, name_key)`` finds them) and of the rows named (by their unique key,
+    ``IN_CHUNK`` at a time)."""
     query = select(
         schedules.c.name,
         schedules.c.name_key,
         schedules.c.source,
         schedules.c.state,
         schedules.c.definition_hash,
+        schedules.c.config_app,
     )
+    mine = schedules.c.namespace == ns
     found = {
         row.name_key: row
         for row in conn.execute(
-            query.where(CONFIG_ROWS, schedules.c.state != literal_column("'archived'"))
+            query.where(mine, CONFIG_ROWS, schedules.c.state != literal_column("'archived'"))
         )
     }
     keys = sorted({name_key(name) for name in names}.difference(found))
     for chunk in iter_chunks(keys, IN_CHUNK):
         found.update((row.name_key, row) for row in conn.execute(
-            query.where(schedules.c.name_key.in_(chunk))
+            query.where(mine, schedules.c.name_key.in_(chunk))
         ))  # fmt: skip
     return [
-        StoredDigest(row.name, Source(row.source), ScheduleState(row.state), row.definition_hash)
+        StoredDigest(
+            row.name,
+            Source(row.source),
+            ScheduleState(row.state),
+            row.definition_hash,
+            row.config_app,
+        )
         for row in found.values()
     ]
 
 
-def lock_fence(conn: Connection, epoch: int) -> None:
-    """Hold the fence row for this transaction, or raise StaleEpoch if a newer epoch is in it."""
+def lock_fence(conn: Connection, ns: str, epoch: int) -> None:
+    """Hold the namespace's fence row for this transaction, or raise StaleEpoch if a newer
+    epoch is in it."""
     matched = conn.execute(
         update(fence)
-        .where(fence.c.id == FENCE_ID, fence.c.epoch <= epoch)
+        .where(fence.c.namespace == ns, fence.c.epoch <= epoch)
         .values(epoch=fence.c.epoch)
     ).rowcount
     if matched:
         return
-    newest = conn.execute(select(fence.c.epoch).where(fence.c.id == FENCE_ID)).scalar()
+    newest = conn.execute(select(fence.c.epoch).where(fence.c.namespace == ns)).scalar()
     if newest is not None:  # no fence row (hand-made schema): epoch 0, as everywhere else
         refuse_stale(epoch, int(newest), "config sync")
 
 
 def sync_config(
-    conn: Connection, changes: Sequence[ConfigChange], epoch: int, now_ms: int
+    conn: Connection,
+    ns: str,
+    changes: Sequence[ConfigChange],
+    epoch: int,
+    now_ms: int,
+    app: str | None = None,
 ) -> list[UpsertResult]:
-    """Apply one batch of config differences (rule 7); see the module docstring."""
+    """Apply one batch of config differences (rule 7); see the module docstring. ``app``, the
+    syncing app's ``main`` name, is stamped on every config row the batch keeps (``config_app``),
+    so another app in the namespace archives none of them (SPEC §16)."""
     keys = check_changes(changes)
-    lock_fence(conn, epoch)
-    rows = _rows(conn, keys)
+    lock_fence(conn, ns, epoch)
+    rows = _rows(conn, ns, keys)
     decisions = [
         decide_change(rows.get(key), change, now_ms)
         for change, key in zip(changes, keys, strict=True)
     ]
     stamp = {"epoch": epoch, "updated_at_ms": now_ms}
-    created = _insert(conn, changes, keys, decisions, stamp)
+    created = _insert(conn, ns, changes, keys, decisions, stamp)
     _update(conn, changes, keys, rows, decisions, stamp)
-    _record_dropped(conn, decisions, epoch, now_ms)
+    _record_dropped(conn, ns, decisions, epoch, now_ms)
+    if app is not None:
+        _stamp_app(conn, ns, keys, decisions, app)
     # A row created between the read and the insert can only be the API's (config rows are
     # written under the fence): config leaves it alone.
     ignored = UpsertOutcome.IGNORED
@@ -115,7 +144,31 @@ def _lost(decision: UpsertDecision, key: str, created: set[str]) -> bool:
     return decision.status is UpsertOutcome.CREATED and key not in created
 
 
-def _rows(conn: Connection, keys: Sequence[str]) -> dict[str, StoredRow]:
+def _stamp_app(
+    conn: Connection, ns: str, keys: Sequence[str], decisions: Sequence[UpsertDecision], app: str
+) -> None:
+    """One UPDATE: the batch's config rows that stay in the config carry ``app`` as their
+    syncing app (rows synced before namespaces, or by another app, are adopted)."""
+    kept = [
+        key
+        for key, decision in zip(keys, decisions, strict=True)
+        if decision.status
+        in (UpsertOutcome.CREATED, UpsertOutcome.UPDATED, UpsertOutcome.UNCHANGED)
+    ]
+    if kept:
+        conn.execute(
+            update(schedules)
+            .where(
+                schedules.c.namespace == ns,
+                schedules.c.name_key.in_(kept),
+                CONFIG_ROWS,
+                or_(schedules.c.config_app.is_(None), schedules.c.config_app != app),
+            )
+            .values(config_app=app)
+        )
+
+
+def _rows(conn: Connection, ns: str, keys: Sequence[str]) -> dict[str, StoredRow]:
     """The batch's rows as they are now, locked on PostgreSQL (SQLite's write lock covers it)."""
     query = select(
         schedules.c.id,
@@ -130,7 +183,7 @@ def _rows(conn: Connection, keys: Sequence[str]) -> dict[str, StoredRow]:
         schedules.c.definition,
         schedules.c.state_reason,
         schedules.c.buffered_tick_ms,
-    ).where(schedules.c.name_key.in_(list(keys)))
+    ).where(schedules.c.namespace == ns, schedules.c.name_key.in_(list(keys)))
     if conn.dialect.name == "postgresql":
         query = query.with_for_update()
     return {row.name_key: to_stored_row(row) for row in conn.execute(query)}
@@ -138,6 +191,7 @@ def _rows(conn: Connection, keys: Sequence[str]) -> dict[str, StoredRow]:
 
 def _insert(
     conn: Connection,
+    ns: str,
     changes: Sequence[ConfigChange],
     keys: Sequence[str],
     decisions: Sequence[UpsertDecision],
@@ -145,7 +199,7 @@ def _insert(
 ) -> set[str]:
     """One INSERT of every new row; the keys it created (a conflicting one is left alone)."""
     rows = [
-        _new_row(change.definition, key, {**stamp, **column_values(decision.values or {})})
+        _new_row(change.definition, key, {**stamp, **column_values(decision.values or {})}, ns)
         for change, key, decision in zip(changes, keys, decisions, strict=True)
         if decision.status is UpsertOutcome.CREATED and change.definition is not None
     ]
@@ -154,7 +208,7 @@ def _insert(
     if conn.dialect.driver == "psycopg":
         return _insert_copied(conn, rows)
     stmt = insert_into(schedules, conn.dialect.name).on_conflict_do_nothing(
-        index_elements=[schedules.c.name_key]
+        index_elements=[schedules.c.namespace, schedules.c.name_key]
     )
     inserted = conn.execute(
         stmt, [{**row, "definition": json.loads(row["definition"])} for row in rows]
@@ -163,15 +217,18 @@ def _insert(
     if inserted == len(rows):
         return wanted
     taken = select(schedules.c.name_key).where(
-        schedules.c.name_key.in_(list(wanted)), schedules.c.source == Source.API.value
+        schedules.c.namespace == ns,
+        schedules.c.name_key.in_(list(wanted)),
+        schedules.c.source == Source.API.value,
     )
     return wanted - set(conn.execute(taken).scalars())
 
 
-def _new_row(definition: Definition, key: str, values: dict[str, Any]) -> dict[str, Any]:
+def _new_row(definition: Definition, key: str, values: dict[str, Any], ns: str) -> dict[str, Any]:
     """A created row; its definition as canonical JSON text, made once for the hash too."""
     canonical = definition.canonical_json()
     return {
+        "namespace": ns,
         "name": definition.name,
         "name_key": key,
         "definition": canonical,
@@ -187,6 +244,7 @@ _STAGE = "durable_beat_sync_stage"
 """A temporary table, dropped at commit, that PostgreSQL's COPY fills with a batch's new rows."""
 
 _STAGED = (
+    "namespace",
     "name",
     "name_key",
     "definition",
@@ -207,8 +265,8 @@ _STAGED = (
 
 _CREATE_STAGE = text(
     "CREATE TEMPORARY TABLE durable_beat_sync_stage ON COMMIT DROP AS "
-    "SELECT name, name_key, definition, definition_hash, version, source, state, next_tick_ms, "
-    "next_due_ms, failures, epoch, created_at_ms, updated_at_ms, state_reason, "
+    "SELECT namespace, name, name_key, definition, definition_hash, version, source, state, "
+    "next_tick_ms, next_due_ms, failures, epoch, created_at_ms, updated_at_ms, state_reason, "
     "buffered_tick_ms, streak_from_ms "
     "FROM durable_beat_schedules WITH NO DATA"
 )
@@ -236,7 +294,7 @@ def _insert_copied(conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]
     stmt = (
         pg_insert(schedules)
         .from_select(list(_STAGED), select(*stage.c))
-        .on_conflict_do_nothing(index_elements=[schedules.c.name_key])
+        .on_conflict_do_nothing(index_elements=[schedules.c.namespace, schedules.c.name_key])
         .returning(schedules.c.name_key)
     )
     return set(conn.execute(stmt).scalars())
@@ -297,11 +355,12 @@ def _update(
 
 
 def _record_dropped(
-    conn: Connection, decisions: Sequence[UpsertDecision], epoch: int, now_ms: int
+    conn: Connection, ns: str, decisions: Sequence[UpsertDecision], epoch: int, now_ms: int
 ) -> None:
     """One INSERT of the ``replanned`` records, fenced by the same lock as the rows."""
     rows = [
         {
+            "namespace": ns,
             "schedule": event.schedule,
             "schedule_key": name_key(event.schedule),
             "tick_ms": event.tick_ms,

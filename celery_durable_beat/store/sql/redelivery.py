@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Text, bindparam, cast, select, update
+from sqlalchemy import Text, and_, bindparam, cast, select, update
 from sqlalchemy.engine import Connection
 
 from celery_durable_beat.store.sql import round as sql_round
@@ -24,9 +24,10 @@ from celery_durable_beat.store.values import AuditEvent, Recheck, RedeliveryCand
 
 
 def candidates(
-    conn: Connection, now_ms: int, limit: int, definitions: sql_round.DefinitionCache
+    conn: Connection, ns: str, now_ms: int, limit: int, definitions: sql_round.DefinitionCache
 ) -> list[RedeliveryCandidate]:
-    """At most ``limit`` watched records with ``recheck_ms <= now_ms``, earliest first."""
+    """At most ``limit`` of the namespace's watched records with ``recheck_ms <= now_ms``,
+    earliest first (the ``(namespace, recheck_ms)`` partial index)."""
     query = (
         select(
             audit.c.id,
@@ -42,8 +43,16 @@ def candidates(
             cast(schedules.c.definition, Text()).label("definition"),
             schedules.c.version.label("schedule_version"),
         )
-        .select_from(audit.outerjoin(schedules, schedules.c.name_key == audit.c.schedule_key))
-        .where(RECHECK, audit.c.recheck_ms <= now_ms)
+        .select_from(
+            audit.outerjoin(
+                schedules,
+                and_(
+                    schedules.c.namespace == audit.c.namespace,
+                    schedules.c.name_key == audit.c.schedule_key,
+                ),
+            )
+        )
+        .where(RECHECK, audit.c.namespace == ns, audit.c.recheck_ms <= now_ms)
         .order_by(audit.c.recheck_ms)
         .limit(limit)
     )
@@ -74,17 +83,21 @@ def candidates(
 
 
 def settle(
-    conn: Connection, events: Sequence[AuditEvent], rechecks: Sequence[Recheck], epoch: int
+    conn: Connection,
+    ns: str,
+    events: Sequence[AuditEvent],
+    rechecks: Sequence[Recheck],
+    epoch: int,
 ) -> None:
     """The redeliveries' records, then the rechecks, fenced (module docstring)."""
     if conn.dialect.name != "postgresql":
-        sql_round.sqlite_fence(conn, epoch)
-    sql_round.record(conn, events, epoch)
+        sql_round.sqlite_fence(conn, epoch, ns)
+    sql_round.record(conn, events, epoch, ns)
     if not rechecks:
         return
     stmt = (
         update(audit)
-        .where(audit.c.id == bindparam("b_id"), sql_round.fenced(bindparam("b_epoch")))
+        .where(audit.c.id == bindparam("b_id"), sql_round.fenced(bindparam("b_epoch"), ns))
         .values(
             recheck_ms=bindparam("b_recheck"),
             sent_ms=bindparam("b_sent"),
@@ -102,4 +115,4 @@ def settle(
         for item in rechecks
     ]
     conn.execute(stmt, rows)
-    sql_round.refuse_if_stale(conn, epoch)
+    sql_round.refuse_if_stale(conn, epoch, ns)

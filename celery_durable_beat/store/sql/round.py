@@ -55,7 +55,7 @@ from celery_durable_beat.model import Action, Definition, ScheduleState
 from celery_durable_beat.store.rules import iter_chunks, refuse_stale, stored_value
 from celery_durable_beat.store.sql import schema as sql_schema
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, IN_CHUNK, PG_NOW, insert_into
-from celery_durable_beat.store.tables import ENQUEUED, FENCE_ID, audit, fence, schedules
+from celery_durable_beat.store.tables import ENQUEUED, audit, fence, schedules
 from celery_durable_beat.store.values import Advance, AuditEvent, DueSchedule
 
 log = logging.getLogger("celery_durable_beat.store")
@@ -117,12 +117,14 @@ class DefinitionCache:
 
 def due(
     conn: Connection,
+    ns: str,
     now_ms: int,
     limit: int,
     definitions: DefinitionCache | None = None,
     excluding: Collection[int] = (),
 ) -> list[DueSchedule]:
-    """The due rows, earliest first, but those in ``excluding`` (a burst's rows being settled,
+    """The namespace's due rows, earliest first (the ``(namespace, next_due_ms)`` index), but
+    those in ``excluding`` (a burst's rows being settled,
     store rule 12); not locked (store rule 2: fencing and compare-and-set settle what two beats
     reading the same rows may do). Definitions are read as their stored text and parsed
     through ``definitions`` (a fresh cache when None)."""
@@ -139,7 +141,7 @@ def due(
             schedules.c.buffered_tick_ms,
             schedules.c.streak_from_ms,
         )
-        .where(schedules.c.next_due_ms <= now_ms)
+        .where(schedules.c.namespace == ns, schedules.c.next_due_ms <= now_ms)
         .order_by(schedules.c.next_due_ms)
     )
     skipped = frozenset(excluding)
@@ -168,6 +170,7 @@ def due(
                 failures=failures,
                 buffered_tick_ms=held,
                 streak_from_ms=streak,
+                namespace=ns or None,
             )
         )
     return found
@@ -189,41 +192,42 @@ def _quarantine_unreadable(conn: Connection, row_id: int, name: str, exc: Except
     )
 
 
-def newest_epoch(conn: Connection) -> int:
-    """The newest epoch the store has seen (0 without a fence row: a hand-made schema)."""
-    newest = conn.execute(select(fence.c.epoch).where(fence.c.id == FENCE_ID)).scalar()
+def newest_epoch(conn: Connection, ns: str) -> int:
+    """The newest epoch the namespace has seen (0 without a fence row: a hand-made schema)."""
+    newest = conn.execute(select(fence.c.epoch).where(fence.c.namespace == ns)).scalar()
     return int(newest or 0)
 
 
-def fenced(epoch: Any) -> ColumnElement[bool]:
-    """The fence as a condition of the writing statement: no newer epoch has been registered."""
-    newest = select(fence.c.epoch).where(fence.c.id == FENCE_ID).scalar_subquery()
+def fenced(epoch: Any, ns: str) -> ColumnElement[bool]:
+    """The fence as a condition of the writing statement: no newer epoch has been registered
+    in the namespace (each namespace has its own leader and epoch)."""
+    newest = select(fence.c.epoch).where(fence.c.namespace == ns).scalar_subquery()
     condition: ColumnElement[bool] = func.coalesce(newest, 0) <= epoch
     return condition
 
 
-def refuse_if_stale(conn: Connection, epoch: int) -> None:
+def refuse_if_stale(conn: Connection, epoch: int, ns: str) -> None:
     """Raise StaleEpoch when a newer epoch than ``epoch`` is registered (the fence only rises)."""
-    refuse_stale(epoch, newest_epoch(conn))
+    refuse_stale(epoch, newest_epoch(conn, ns))
 
 
-def sqlite_fence(conn: Connection, epoch: int) -> int:
+def sqlite_fence(conn: Connection, epoch: int, ns: str) -> int:
     """SQLite: the fence read under the write lock (module docstring); the store time."""
-    refuse_if_stale(conn, epoch)
+    refuse_if_stale(conn, epoch, ns)
     faults.point("fenced_write")
     return HOST_CLOCK.now_ms()
 
 
-def record(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
-    """Insert audit rows, fenced (module docstring); a second ``enqueued`` row for a task id is
-    dropped by the partial unique index (rule 3)."""
+def record(conn: Connection, events: Sequence[AuditEvent], epoch: int, ns: str) -> None:
+    """Insert the namespace's audit rows, fenced (module docstring); a second ``enqueued`` row
+    for a task id is dropped by the partial unique index (rule 3)."""
     if not events:
         return
     if conn.dialect.name == "postgresql":
-        _record_pg(conn, events, epoch)
+        _record_pg(conn, events, epoch, ns)
         return
-    now = sqlite_fence(conn, epoch)
-    rows = [{**audit_values(event), "epoch": epoch, "recorded_at_ms": now} for event in events]
+    now = sqlite_fence(conn, epoch, ns)
+    rows = [{**audit_values(event, ns), "epoch": epoch, "recorded_at_ms": now} for event in events]
     stmt = insert_into(audit, "sqlite").on_conflict_do_nothing(
         index_elements=[audit.c.task_id], index_where=ENQUEUED
     )
@@ -231,6 +235,7 @@ def record(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
 
 
 _AUDIT_TYPES: dict[str, Any] = {
+    "namespace": String(),
     "schedule": String(),
     "schedule_key": String(),
     "tick_ms": BigInteger(),
@@ -246,8 +251,9 @@ _AUDIT_TYPES: dict[str, Any] = {
 """The audit columns a round writes, as the PostgreSQL batch declares them (``_given``)."""
 
 
-def audit_values(event: AuditEvent) -> dict[str, Any]:
+def audit_values(event: AuditEvent, ns: str) -> dict[str, Any]:
     return {
+        "namespace": ns,
         "schedule": event.schedule,
         "schedule_key": name_key(event.schedule),
         "tick_ms": event.tick_ms,
@@ -274,14 +280,14 @@ def _given(prefix: str, types: dict[str, Any]) -> Any:
     )
 
 
-def _record_pg(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> None:
+def _record_pg(conn: Connection, events: Sequence[AuditEvent], epoch: int, ns: str) -> None:
     """``INSERT … SELECT … FROM json_to_recordset(…) WHERE <fenced> ON CONFLICT DO NOTHING
     RETURNING id``."""
     given = _given("r", _AUDIT_TYPES)
     values: dict[str, Any] = {name: given.c[name] for name in _AUDIT_TYPES}
     values["epoch"] = bindparam("r_epoch", type_=BigInteger())
     values["recorded_at_ms"] = PG_NOW
-    chosen = select(*values.values()).where(fenced(bindparam("r_epoch")))
+    chosen = select(*values.values()).where(fenced(bindparam("r_epoch"), ns))
     stmt = (
         insert_into(audit, "postgresql")
         .from_select(list(values), chosen)
@@ -290,10 +296,10 @@ def _record_pg(conn: Connection, events: Sequence[AuditEvent], epoch: int) -> No
     )
     faults.point("fenced_write")
     for chunk in iter_chunks(events, 5000):
-        rows = json.dumps([audit_values(event) for event in chunk])
+        rows = json.dumps([audit_values(event, ns) for event in chunk])
         written = len(conn.execute(stmt, {"r_rows": rows, "r_epoch": epoch}).all())
         if written < len(chunk):  # replays, or refused by the fence: the fence says which
-            refuse_if_stale(conn, epoch)
+            refuse_if_stale(conn, epoch, ns)
 
 
 def _moved(item: Advance) -> dict[str, Any]:
@@ -334,7 +340,7 @@ _ADVANCE_TYPES: dict[str, Any] = {
 }
 
 
-def _advance_from_rows() -> Any:
+def _advance_from_rows(ns: str) -> Any:
     """``UPDATE schedules … FROM json_to_recordset(:a_rows) AS given(…) … RETURNING id``."""
     given = _given("a", _ADVANCE_TYPES)
     return (
@@ -345,7 +351,7 @@ def _advance_from_rows() -> Any:
             schedules.c.next_tick_ms.is_not_distinct_from(given.c.expected),
             # A schedule paused or archived since the round read it stays where it is.
             schedules.c.state == ScheduleState.ACTIVE.value,
-            fenced(bindparam("a_epoch")),
+            fenced(bindparam("a_epoch"), ns),
         )
         .values(
             {
@@ -358,16 +364,17 @@ def _advance_from_rows() -> Any:
     )
 
 
-def advance(conn: Connection, advances: Sequence[Advance], epoch: int) -> set[int]:
-    """Compare-and-set advances, fenced (module docstring); the ids that moved."""
+def advance(conn: Connection, advances: Sequence[Advance], epoch: int, ns: str) -> set[int]:
+    """Compare-and-set advances, fenced by the namespace's epoch (module docstring); the ids
+    that moved (row ids are the table's own: the namespace is only the fence's)."""
     if conn.dialect.name == "postgresql":
-        return _advance_pg(conn, advances, epoch)
-    return _advance_sqlite(conn, advances, epoch, sqlite_fence(conn, epoch))
+        return _advance_pg(conn, advances, epoch, ns)
+    return _advance_sqlite(conn, advances, epoch, sqlite_fence(conn, epoch, ns))
 
 
-def _advance_pg(conn: Connection, advances: Sequence[Advance], epoch: int) -> set[int]:
+def _advance_pg(conn: Connection, advances: Sequence[Advance], epoch: int, ns: str) -> set[int]:
     """One statement per chunk, whatever the number of schedules: rows in, moved ids out."""
-    stmt = _advance_from_rows()
+    stmt = _advance_from_rows(ns)
     applied: set[int] = set()
     faults.point("fenced_write")
     for chunk in iter_chunks(advances, 5000):
@@ -378,7 +385,7 @@ def _advance_pg(conn: Connection, advances: Sequence[Advance], epoch: int) -> se
         params = {"a_rows": json.dumps(rows), "a_epoch": epoch}
         moved = set(conn.execute(stmt, params).scalars())
         if len(moved) < len(chunk):  # compare-and-set misses, or the fence: the fence says which
-            refuse_if_stale(conn, epoch)
+            refuse_if_stale(conn, epoch, ns)
         applied.update(moved)
     return applied
 
@@ -410,12 +417,13 @@ def _advance_sqlite(
     return applied
 
 
-def register_epoch(conn: Connection, epoch: int) -> None:
-    raised = conn.execute(
-        update(fence).where(fence.c.id == FENCE_ID, fence.c.epoch < epoch).values(epoch=epoch)
-    )
-    if raised.rowcount == 0:
-        sql_schema.seed_fence(conn)  # a missing row (hand-made schema) must not disable fencing
-        conn.execute(
-            update(fence).where(fence.c.id == FENCE_ID, fence.c.epoch < epoch).values(epoch=epoch)
+def register_epoch(conn: Connection, epoch: int, ns: str) -> None:
+    def raise_to() -> Any:
+        return (
+            update(fence).where(fence.c.namespace == ns, fence.c.epoch < epoch).values(epoch=epoch)
         )
+
+    if conn.execute(raise_to()).rowcount == 0:
+        # A namespace's first epoch, or a missing row (hand-made schema): fencing must hold.
+        sql_schema.seed_fence(conn, ns)
+        conn.execute(raise_to())

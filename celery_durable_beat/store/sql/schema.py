@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 
 from celery_durable_beat.exceptions import SchemaOutdated
 from celery_durable_beat.store.sql.engine import insert_into
-from celery_durable_beat.store.tables import FENCE_ID, VERSION_TABLE, fence, metadata
+from celery_durable_beat.store.tables import DEFAULT_NAMESPACE, VERSION_TABLE, fence, metadata
 
 MIGRATIONS = Path(__file__).parent.parent / "migrations"
 MIGRATE_HINT = "run: celery -A proj durable-beat migrate"
@@ -27,7 +27,7 @@ _LOCK_KEY = 0x64_75_72_61_62_6C_65
 
 _OUR_TABLES = frozenset(metadata.tables)
 
-HEAD_REVISION = "0005"
+HEAD_REVISION = "0006"
 """The newest revision this version ships. A constant, so that a beat starting on a schema at
 head reads one row and never imports Alembic (issue #16: 11 MB of RSS and a tenth of a second of
 startup); ``tests/migration`` holds it equal to the migrations folder's head."""
@@ -76,18 +76,18 @@ def lock(connection: Connection) -> None:
         connection.execute(select(func.pg_advisory_xact_lock(_LOCK_KEY)))
 
 
-def ensure(connection: Connection, shown_url: str) -> None:
+def ensure(connection: Connection, shown_url: str, namespace: str = DEFAULT_NAMESPACE) -> None:
     """Create the schema on an empty database, accept it at head, refuse anything else."""
     lock(connection)
     tables = set(inspect(connection).get_table_names())
     if VERSION_TABLE not in tables and not tables & _OUR_TABLES:
-        upgrade(connection, shown_url)
+        upgrade(connection, shown_url, namespace)
         return
     _require_head(connection, tables, shown_url)
-    seed_fence(connection)
+    seed_fence(connection, namespace)
 
 
-def upgrade(connection: Connection, shown_url: str) -> str:
+def upgrade(connection: Connection, shown_url: str, namespace: str = DEFAULT_NAMESPACE) -> str:
     """Upgrade to head inside the caller's transaction; return the head revision."""
     lock(connection)
     tables = set(inspect(connection).get_table_names())
@@ -104,16 +104,16 @@ def upgrade(connection: Connection, shown_url: str) -> str:
             f"the durable beat schema at {shown_url} cannot be upgraded: {exc}; "
             "install the celery_durable_beat release that migrated it, or a newer one"
         ) from exc
-    seed_fence(connection)
+    seed_fence(connection, namespace)
     return head_revision()
 
 
-def seed_fence(connection: Connection) -> None:
-    """Make sure the single fence row exists (epoch 0 on a new database)."""
+def seed_fence(connection: Connection, namespace: str = DEFAULT_NAMESPACE) -> None:
+    """Make sure the namespace's fence row exists (epoch 0 in a new namespace)."""
     connection.execute(
         insert_into(fence, connection.dialect.name)
-        .values(id=FENCE_ID, epoch=0)
-        .on_conflict_do_nothing(index_elements=[fence.c.id])
+        .values(namespace=namespace, epoch=0)
+        .on_conflict_do_nothing(index_elements=[fence.c.namespace])
     )
 
 

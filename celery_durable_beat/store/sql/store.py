@@ -27,7 +27,7 @@ from celery_durable_beat.store.sql import redelivery as sql_redelivery
 from celery_durable_beat.store.sql import round as sql_round
 from celery_durable_beat.store.sql import schema as sql_schema
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, limit_idle
-from celery_durable_beat.store.tables import FENCE_ID, fence, schedules
+from celery_durable_beat.store.tables import DEFAULT_NAMESPACE, fence, schedules
 from celery_durable_beat.store.values import (
     ActionEntry,
     Advance,
@@ -51,10 +51,17 @@ T = TypeVar("T")
 
 
 class SqlStore(LazyEngine):
-    """The durable store on a SQLAlchemy URL (``postgresql://…`` or ``sqlite:///…``)."""
+    """The durable store on a SQLAlchemy URL (``postgresql://…`` or ``sqlite:///…``), seen
+    through one namespace (SPEC §16): every read and write is of that namespace's rows and
+    fenced by its own epoch; None is the default namespace (stored as ``''``)."""
 
-    def __init__(self, url: str, *, stall_timeout_s: float | None = None) -> None:
+    def __init__(
+        self, url: str, *, stall_timeout_s: float | None = None, namespace: str | None = None
+    ) -> None:
         super().__init__(url)
+        self.namespace = namespace
+        ns = DEFAULT_NAMESPACE if namespace is None else namespace
+        self._ns = ns
         # PostgreSQL ends a round's write left idle this long: a leader frozen inside it (SIGSTOP,
         # a VM pause) must not keep schedule rows locked from the next leader (engine.limit_idle).
         self._stall_timeout_ms = None if stall_timeout_s is None else round(stall_timeout_s * 1000)
@@ -75,13 +82,17 @@ class SqlStore(LazyEngine):
         return self._single_read(lambda conn: int(conn.execute(select(PG_NOW)).scalar_one()))
 
     def earliest_due_ms(self) -> int | None:
-        query = select(func.min(schedules.c.next_due_ms))
+        query = select(func.min(schedules.c.next_due_ms)).where(schedules.c.namespace == self._ns)
         value = self._single_read(lambda conn: conn.execute(query).scalar())
         return None if value is None else int(value)
 
     def clock_and_earliest_due(self) -> tuple[int, int | None]:
         """The store's clock and the earliest due instant, in one round trip."""
-        earliest = select(func.min(schedules.c.next_due_ms)).scalar_subquery()
+        earliest = (
+            select(func.min(schedules.c.next_due_ms))
+            .where(schedules.c.namespace == self._ns)
+            .scalar_subquery()
+        )
         if not self._postgres:
             value = self._read(lambda conn: conn.execute(select(earliest)).scalar())
             return HOST_CLOCK.now_ms(), None if value is None else int(value)
@@ -103,7 +114,7 @@ class SqlStore(LazyEngine):
         check_at_least("claim_due limit", limit, 1)
         # A write transaction: an unreadable definition is quarantined on the way (round.due).
         with self._tx() as conn:
-            due = sql_round.due(conn, now_ms, limit, self._definitions, excluding)
+            due = sql_round.due(conn, self._ns, now_ms, limit, self._definitions, excluding)
         yield SqlClaim(self, due)
 
     def settle(
@@ -116,18 +127,18 @@ class SqlStore(LazyEngine):
         with self._tx() as conn:
             if self._postgres and self._stall_timeout_ms is not None:
                 limit_idle(conn, self._stall_timeout_ms)
-            sql_round.record(conn, events, epoch)
-            applied = sql_round.advance(conn, advances, epoch) if advances else set()
+            sql_round.record(conn, events, epoch, self._ns)
+            applied = sql_round.advance(conn, advances, epoch, self._ns) if advances else set()
         return [item.schedule_id in applied for item in advances]
 
     def register_epoch(self, epoch: int) -> None:
-        self._write(lambda conn: sql_round.register_epoch(conn, epoch))
+        self._write(lambda conn: sql_round.register_epoch(conn, epoch, self._ns))
 
     def redelivery_candidates(self, now_ms: int, limit: int) -> list[RedeliveryCandidate]:
         check_at_least("redelivery_candidates limit", limit, 1)
         definitions = self._definitions
         return self._single_read(
-            lambda conn: sql_redelivery.candidates(conn, now_ms, limit, definitions)
+            lambda conn: sql_redelivery.candidates(conn, self._ns, now_ms, limit, definitions)
         )
 
     def settle_redeliveries(
@@ -137,11 +148,11 @@ class SqlStore(LazyEngine):
         if not events and not rechecks:
             return
         with self._tx() as conn:
-            sql_redelivery.settle(conn, events, rechecks, epoch)
+            sql_redelivery.settle(conn, self._ns, events, rechecks, epoch)
 
     def leader_info(self) -> LeaderInfo:
         query = select(fence.c.holder, fence.c.epoch, fence.c.expires_at_ms).where(
-            fence.c.id == FENCE_ID
+            fence.c.namespace == self._ns
         )
         row = self._read(lambda conn: conn.execute(query).first())
         if row is None:
@@ -150,44 +161,48 @@ class SqlStore(LazyEngine):
 
     # -- schema -------------------------------------------------------------------------------
     def ensure_schema(self) -> None:
-        self._write(lambda conn: sql_schema.ensure(conn, self.shown_url))
+        self._write(lambda conn: sql_schema.ensure(conn, self.shown_url, self._ns))
 
     def migrate(self) -> str:
-        return self._write(lambda conn: sql_schema.upgrade(conn, self.shown_url))
+        return self._write(lambda conn: sql_schema.upgrade(conn, self.shown_url, self._ns))
 
     # -- definitions, history, status (sql_admin) ---------------------------------------------
     def get(self, name: str) -> ScheduleRecord | None:
-        return self._read(lambda conn: sql_admin.get(conn, name))
+        return self._read(lambda conn: sql_admin.get(conn, self._ns, name))
 
     def list_schedules(self) -> list[ScheduleRecord]:
-        return self._read(sql_admin.list_schedules)
+        return self._read(lambda conn: sql_admin.list_schedules(conn, self._ns))
 
     def page_schedules(
         self, contains: str, state: ScheduleState | None, offset: int, limit: int
     ) -> tuple[list[ScheduleRecord], int]:
         return self._read(
-            lambda conn: sql_admin.page_schedules(conn, contains, state, offset, limit)
+            lambda conn: sql_admin.page_schedules(conn, self._ns, contains, state, offset, limit)
         )
 
     def upsert(
         self, definition: Definition, source: Source, first_tick_ms: int | None, now_ms: int
     ) -> UpsertResult:
         return self._write(
-            lambda conn: sql_admin.upsert(conn, definition, source, first_tick_ms, now_ms)
+            lambda conn: sql_admin.upsert(conn, self._ns, definition, source, first_tick_ms, now_ms)
         )
 
     def definition_digests(self, names: Sequence[str]) -> list[StoredDigest]:
-        return self._read(lambda conn: sql_sync.definition_digests(conn, names))
+        return self._read(lambda conn: sql_sync.definition_digests(conn, self._ns, names))
 
     def sync_config(
-        self, changes: Sequence[ConfigChange], epoch: int, now_ms: int
+        self,
+        changes: Sequence[ConfigChange],
+        epoch: int,
+        now_ms: int,
+        app: str | None = None,
     ) -> list[UpsertResult]:
         if not changes:
             return []
         with self._tx() as conn:
             if self._postgres and self._stall_timeout_ms is not None:
                 limit_idle(conn, self._stall_timeout_ms)  # a frozen leader frees the fence lock
-            return sql_sync.sync_config(conn, changes, epoch, now_ms)
+            return sql_sync.sync_config(conn, self._ns, changes, epoch, now_ms, app)
 
     def set_state(
         self,
@@ -201,6 +216,7 @@ class SqlStore(LazyEngine):
         return self._write(
             lambda conn: sql_admin.set_state(
                 conn,
+                self._ns,
                 name,
                 state,
                 now_ms=now_ms,
@@ -211,22 +227,24 @@ class SqlStore(LazyEngine):
         )
 
     def delete(self, name: str) -> bool:
-        return self._write(lambda conn: sql_admin.delete_schedule(conn, name))
+        return self._write(lambda conn: sql_admin.delete_schedule(conn, self._ns, name))
 
     def record_manual(self, event: AuditEvent) -> None:
-        self._write(lambda conn: sql_admin.record_manual(conn, event))
+        self._write(lambda conn: sql_admin.record_manual(conn, self._ns, event))
 
     def record_backfill(self, events: Sequence[AuditEvent]) -> None:
         if events:
-            self._write(lambda conn: sql_actions.record_backfill(conn, events))
+            self._write(lambda conn: sql_actions.record_backfill(conn, self._ns, events))
 
     def record_action(self, entry: ActionEntry, keep: int) -> None:
-        self._write(lambda conn: sql_actions.record_action(conn, entry, keep))
+        self._write(lambda conn: sql_actions.record_action(conn, self._ns, entry, keep))
 
     def actions(
         self, name: str | None, limit: int, before_id: int | None = None
     ) -> list[StoredAction]:
-        return self._read(lambda conn: sql_actions.list_actions(conn, name, limit, before_id))
+        return self._read(
+            lambda conn: sql_actions.list_actions(conn, self._ns, name, limit, before_id)
+        )
 
     def enqueued_among(self, task_ids: Sequence[str]) -> set[str]:
         if not task_ids:
@@ -234,22 +252,22 @@ class SqlStore(LazyEngine):
         return self._read(lambda conn: sql_round.enqueued_among(conn, task_ids))
 
     def history_extent(self, name: str) -> tuple[int, int | None]:
-        return self._read(lambda conn: sql_actions.history_extent(conn, name))
+        return self._read(lambda conn: sql_actions.history_extent(conn, self._ns, name))
 
     def history(self, name: str, limit: int, before_id: int | None = None) -> list[StoredEvent]:
-        return self._read(lambda conn: sql_admin.history(conn, name, limit, before_id))
+        return self._read(lambda conn: sql_admin.history(conn, self._ns, name, limit, before_id))
 
     def find_enqueued(self, task_id: str) -> StoredEvent | None:
-        return self._read(lambda conn: sql_admin.find_enqueued(conn, task_id))
+        return self._read(lambda conn: sql_admin.find_enqueued(conn, self._ns, task_id))
 
     def prune_history(self, names: Sequence[str], keep: int) -> int:
-        return self._write(lambda conn: sql_admin.prune_history(conn, names, keep))
+        return self._write(lambda conn: sql_admin.prune_history(conn, self._ns, names, keep))
 
     def counts_by_state(self) -> dict[str, int]:
-        return self._read(sql_admin.counts_by_state)
+        return self._read(lambda conn: sql_admin.counts_by_state(conn, self._ns))
 
     def due_backlog(self, now_ms: int) -> int:
-        return self._read(lambda conn: sql_admin.due_backlog(conn, now_ms))
+        return self._read(lambda conn: sql_admin.due_backlog(conn, self._ns, now_ms))
 
 
 class SqlClaim:
