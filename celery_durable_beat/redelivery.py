@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from enum import Enum
 
+from celery_durable_beat.ids import id_namespace
 from celery_durable_beat.message import TickMessage, build_message
 from celery_durable_beat.model import EXPIRES_NEXT_TICK
 from celery_durable_beat.policy import due_ms, ticks_after
@@ -146,7 +147,13 @@ def redelivery_message(candidate: RedeliveryCandidate) -> TickMessage | None:
     definition = candidate.definition
     if definition is None or candidate.schedule_version != candidate.version:
         return None
-    message = build_message(candidate.schedule, definition, candidate.tick_ms, candidate.task_id)
+    message = build_message(
+        candidate.schedule,
+        definition,
+        candidate.tick_ms,
+        candidate.task_id,
+        namespace=id_namespace(candidate.task_id),
+    )
     deadline = expires_at_ms(candidate)
     if deadline is None:
         return message

@@ -17,9 +17,11 @@ queue, the queue's ``x-expires``) and the whole round still goes out in one pipe
 - body: ``(args, kwargs, embed)`` serialised with the template's serializer (``embed`` is
   decoded from the template, so ``link`` / ``chain`` options are kept as sent);
 - headers ``id``, ``root_id`` (= the id: a beat has no parent task), ``argsrepr``,
-  ``kwargsrepr``, ``expires`` and ``periodic_schedule`` / ``periodic_tick_ms`` /
-  ``periodic_trigger``; properties ``correlation_id``, ``reply_to`` (``app.thread_oid``),
-  ``argsrepr`` / ``kwargsrepr`` (Celery copies them there too) and ``expiration``.
+  ``kwargsrepr``, ``expires`` and every header of ``message.tick_headers`` (``periodic_schedule``
+  and ``periodic_task_name`` name the tick's own schedule, which need not be the template's:
+  schedules sharing a task and options share a template); properties ``correlation_id``,
+  ``reply_to`` (``app.thread_oid``), ``argsrepr`` / ``kwargsrepr`` (Celery copies them there
+  too) and ``expiration``.
 
 When it is used (``templating_refused`` returns None, decided once per session, then per
 template): Celery's protocol 2 through the stock ``Celery.send_task`` and ``AMQP``; not

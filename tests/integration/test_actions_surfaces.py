@@ -151,6 +151,7 @@ def test_backfill_over_http_sends_the_missing_ticks_under_their_automatic_ids(
     messages = queued(beat)[::-1]  # LPUSH: the oldest is last in the list
     assert [m["headers"]["id"] for m in messages] == [t["task_id"] for t in planned["ticks"]]
     assert {m["headers"]["periodic_trigger"] for m in messages} == {"backfill"}
+    assert {m["headers"]["periodic_task_name"] for m in messages} == {"pulse"}
     assert all(tick_task_id("pulse", t["tick_ms"]) == t["task_id"] for t in planned["ticks"])
     again = client.post(path, json=window, headers=alice).json()
     assert (again["ticks"], again["already_enqueued"]) == ([], planned["occurrences"])

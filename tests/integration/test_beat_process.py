@@ -54,6 +54,7 @@ def test_ticks_execute_with_ids_headers_and_placeholders(make_rig: Any) -> None:
         assert row["id"] == tick_task_id("every-second", tick_ms)
         assert row["headers"]["periodic_schedule"] == "every-second"
         assert row["headers"]["periodic_trigger"] == "auto"
+        assert row["headers"]["periodic_task_name"] == "every-second"  # django-celery-results'
         assert row["kwargs"] == {"at": tick_isoformat(tick_ms, "UTC"), "ms": str(tick_ms)}
 
 

@@ -307,6 +307,7 @@ def test_trigger_with_the_same_key_runs_once(
     message = json.loads(raw[0])
     assert message["headers"]["id"] == first["task_id"]
     assert message["headers"]["periodic_trigger"] == "manual"
+    assert message["headers"]["periodic_task_name"] == "digest"
     _args, kwargs, _embed = json.loads(base64.b64decode(message["body"]))
     assert kwargs["full"] is True
     assert kwargs["day"].startswith("20")

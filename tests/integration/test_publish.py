@@ -72,6 +72,7 @@ def test_headers_reach_the_broker_and_routing_errors_quarantine(
 
     message = json.loads(raw)
     assert message["headers"]["periodic_schedule"] == "good"
+    assert message["headers"]["periodic_task_name"] == "good"  # django-celery-results' column
     assert message["headers"]["id"] == tick_task_id("good", message["headers"]["periodic_tick_ms"])
     assert message["headers"]["expires"] is not None  # the entry's options applied
     assert store.get("bad").state is ScheduleState.QUARANTINED

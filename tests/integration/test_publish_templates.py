@@ -207,6 +207,53 @@ def test_written_ticks_keep_their_order_across_queues_and_confirms(
     }
 
 
+BURST_NAMES = ("alpha", "Ops heartbeat", 'rapport "été" \\ nuit', "beta")
+"""Schedules whose ticks share one template key (same task and options): the names only tell
+them apart, non-ASCII, quotes and a backslash included (each is JSON-encoded alone)."""
+
+
+@pytest.mark.parametrize("path", ["redis commands", "kombu channel"])
+def test_a_burst_through_one_template_names_each_tick_after_its_own_schedule(
+    path: str, redis_url: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The template is captured from the first schedule's tick; every other schedule's tick
+    must carry its own name in ``periodic_schedule`` and ``periodic_task_name`` (the header
+    django-celery-results stores), the one an entry's own ``headers`` set included (replaced,
+    as django-celery-beat replaces it), and be the bytes ``send_task`` writes for it."""
+    if path == "kombu channel":  # templated, but not written as Redis commands (redis_wire)
+        monkeypatch.setattr(TemplatedRedisSession, "_learn_wire", lambda *_: None)
+    app = _app(redis_url, {})
+    options = {"headers": {"periodic_task_name": "stale", "tenant": "acme"}}
+    ticks = [
+        build_message(name, Definition(name, "t.tick", IntervalSpec(STEP), options=options),
+                      T0 + i * STEP, tick_task_id(name, T0 + i * STEP))
+        for i in range(2)
+        for name in BURST_NAMES
+    ]  # fmt: skip
+    with CeleryPublisher(app).session() as session:
+        assert isinstance(session, TemplatedRedisSession)
+        for tick in ticks:
+            assert session.publish(tick) is None
+        assert session.confirm() is None
+    wired = len(ticks) - 1 if path == "redis commands" else 0
+    assert (session.sent, session.templated, session.wired) == (1, len(ticks) - 1, wired)
+    [burst] = _queued(client).values()
+
+    with CeleryPublisher(app, templates=False).session() as session:
+        for tick in ticks:
+            assert session.publish(tick) is None
+        assert session.confirm() is None
+    [sent] = _queued(client).values()
+
+    for tick, raw, raw_sent in zip(ticks, burst, sent, strict=True):
+        headers = json.loads(raw)["headers"]
+        assert (headers["id"], headers["periodic_schedule"]) == (tick.task_id, tick.schedule)
+        assert headers["periodic_task_name"] == tick.schedule
+        assert headers["tenant"] == "acme"
+        tag, tag_sent = (json.loads(r)["properties"]["delivery_tag"] for r in (raw, raw_sent))
+        assert raw.replace(tag.encode(), tag_sent.encode()) == raw_sent
+
+
 def test_a_failed_delivery_of_written_ticks_is_uncertain(redis_url: str) -> None:
     """A confirm that only the written ticks' pipeline stands behind reports its failure as
     kombu's own would: broker unavailable, the session failed (so nothing is recorded)."""

@@ -91,6 +91,8 @@ def assert_each_ran_once(rig: ProcessRig, lost: list[str]) -> None:
     wait_until(lambda: set(lost) <= {r["id"] for r in rig.rows("run")}, 60, "the lost ticks")
     runs = Counter(r["id"] for r in rig.rows("run"))
     assert [t for t, n in runs.items() if n > 1] == []
+    names = {r["periodic_task_name"] for r in rig.rows("run") if r["id"] in lost}
+    assert names == {"every-second"}  # a copy is the tick's own message, this header included
     redelivered = {e.task_id for e in enqueued(rig, Trigger.REDELIVER)}
     missing = set(lost) - redelivered
     assert not missing, (

@@ -228,3 +228,34 @@ def test_a_change_batch_for_another_namespaces_name_creates_its_own_row(
     beta_row, alpha_row = beta.get("job"), alpha.get("job")
     assert beta_row is not None and alpha_row is not None
     assert (beta_row.source, alpha_row.source) == (Source.CONFIG, Source.API)
+
+
+def test_the_idle_round_is_one_probe_of_the_namespace_due_index(pg_url: str) -> None:
+    """PostgreSQL: the idle round's read (the clock and the earliest due instant) and the due
+    query walk ``(namespace, next_due_ms)``, whatever the other namespaces hold."""
+    alpha, beta = SqlStore(pg_url, namespace="alpha"), SqlStore(pg_url, namespace="beta")
+    try:
+        alpha.ensure_schema()
+        changes = [ConfigChange(f"job-{i}", definition(f"job-{i}"), T0 + i) for i in range(3000)]
+        for start in range(0, len(changes), 500):
+            beta.sync_config(changes[start : start + 500], 0, T0)
+        alpha.sync_config(changes[:5], 0, T0)
+        engine = create_engine(pg_url)
+        try:
+            with engine.connect() as conn:
+                conn.exec_driver_sql("ANALYZE durable_beat_schedules")
+                for sql in (
+                    "SELECT min(next_due_ms) FROM durable_beat_schedules "
+                    "WHERE namespace = 'alpha'",
+                    "SELECT id FROM durable_beat_schedules WHERE namespace = 'alpha' "
+                    "AND next_due_ms <= 9999999999999 ORDER BY next_due_ms LIMIT 500",
+                ):
+                    plan = "\n".join(r[0] for r in conn.exec_driver_sql("EXPLAIN " + sql))
+                    assert "ix_durable_beat_schedules_namespace_next_due_ms" in plan, plan
+                    assert "Seq Scan" not in plan, plan
+        finally:
+            engine.dispose()
+        assert alpha.clock_and_earliest_due()[1] == T0
+    finally:
+        alpha.close()
+        beta.close()

@@ -13,7 +13,8 @@ beat_schedule), ``BEAT_TIMEZONE`` (``app.conf.timezone``, default UTC), ``BEAT_L
 ``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
 none), ``TASK_QUEUE`` (the default queue, for a test of its own on a shared RabbitMQ),
 ``TASK_ROUTES`` (JSON of ``task_routes``), ``WORKER_TTL`` (``durable_beat_worker_ttl``),
-``HISTORY_KEEP`` (``durable_beat_history_keep``), ``REDELIVER_AFTER``
+``HISTORY_KEEP`` (``durable_beat_history_keep``), ``BEAT_NAMESPACE``
+(``durable_beat_namespace``), ``APP_MAIN`` (the app's ``main``), ``REDELIVER_AFTER``
 (``durable_beat_redeliver_after``), ``BEAT_FAULT`` (a fault plan this process arms
 with ``faults.arm``: the package itself reads no variable for faults); and the
 evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE`` (one JSON line
@@ -45,12 +46,21 @@ from celery_durable_beat import faults, install, periodic_origin
 from celery_durable_beat.runs.base import RunState
 from celery_durable_beat.runs.sql import SqlRunStore
 
-HEADERS = ("periodic_schedule", "periodic_tick_ms", "periodic_trigger")
+HEADERS = (
+    "periodic_schedule",
+    "periodic_tick_ms",
+    "periodic_trigger",
+    "periodic_task_name",
+    "periodic_namespace",
+)
+"""The tick headers a task row records, as ``task.request`` has them on the worker (where
+django-celery-results reads ``periodic_task_name``)."""
 
 if os.environ.get("BEAT_FAULT"):  # the crash tests' plan; armed before any round can run
     faults.arm(os.environ["BEAT_FAULT"])
 
-app = Celery("procapp", broker=os.environ["BEAT_BROKER"])
+# ``APP_MAIN``: the app's ``main`` name (config sync keeps and archives one app's rows, SPEC §16).
+app = Celery(os.environ.get("APP_MAIN") or "procapp", broker=os.environ["BEAT_BROKER"])
 app.conf.update(
     task_ignore_result=True,
     timezone=os.environ.get("BEAT_TIMEZONE") or "UTC",
@@ -68,6 +78,8 @@ if os.environ.get("TASK_ROUTES"):
     app.conf.task_routes = json.loads(os.environ["TASK_ROUTES"])
 if os.environ.get("BEAT_BATCH_SIZE"):  # small batches: every second is a burst of rounds
     app.conf.durable_beat_batch_size = int(os.environ["BEAT_BATCH_SIZE"])
+if os.environ.get("BEAT_NAMESPACE"):  # durable_beat_namespace (SPEC §16)
+    app.conf.durable_beat_namespace = os.environ["BEAT_NAMESPACE"]
 if os.environ.get("HISTORY_KEEP"):
     app.conf.durable_beat_history_keep = int(os.environ["HISTORY_KEEP"])
 if os.environ.get("REDELIVER_AFTER"):  # redelivery of lost ticks (SPEC §6)
@@ -222,6 +234,7 @@ def late_record(self: Any) -> None:
     row = {"event": "run", "id": self.request.id, "pid": os.getpid(), "t": time.time()}
     if origin is not None:
         row.update(schedule=origin.schedule, tick_ms=origin.tick_ms)
+        row.update(periodic_task_name=getattr(self.request, "periodic_task_name", None))
     _append("TICKS_FILE", row)
 
 

@@ -49,6 +49,8 @@ SETTINGS = {
     "broker": "BEAT_BROKER",
     "redeliver_after": "REDELIVER_AFTER",
     "batch_size": "BEAT_BATCH_SIZE",
+    "namespace": "BEAT_NAMESPACE",
+    "app_main": "APP_MAIN",
 }
 """Test app setting -> the environment variable ``procapp`` reads it from."""
 

@@ -250,6 +250,7 @@ def test_backfill_sends_only_the_ticks_that_never_ran_with_their_automatic_ids(
     sent = publisher.messages
     assert [m.task_id for m in sent] == [tick_task_id("report", t.tick_ms) for t in dry.ticks]
     assert {tick_headers(m)["periodic_trigger"] for m in sent} == {"backfill"}
+    assert {tick_headers(m)["periodic_task_name"] for m in sent} == {"report"}
     recorded = {e.task_id: e.trigger for e in beat.history("report", limit=100).events}
     assert all(recorded[m.task_id] == Trigger.BACKFILL.value for m in sent)
     newest = beat.actions("report").actions[0]

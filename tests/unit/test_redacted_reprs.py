@@ -177,6 +177,7 @@ def test_a_scheduled_round_publishes_redacted_reprs(store: Store) -> None:
     messages = _drain(app, queue)
     assert len(messages) >= 2
     for message in messages:
+        assert message.headers["periodic_task_name"] == "s"
         assert SECRET not in message.headers["kwargsrepr"]
         assert "'api_password': '***'" in message.headers["kwargsrepr"]
         assert message.decode()[1] == NESTED_KWARGS
@@ -195,6 +196,7 @@ def test_a_manual_run_publishes_redacted_reprs_with_the_configured_keys(store: S
         control.trigger("s", kwargs={"username": "alice", "password": "p"})
     [message] = _drain(app, queue)
     assert message.headers["periodic_trigger"] == Trigger.MANUAL.value
+    assert message.headers["periodic_task_name"] == "s"
     assert message.headers["kwargsrepr"] == "{'username': '***', 'password': 'p'}"
     assert message.decode()[1] == {"username": "alice", "password": "p"}
 

@@ -13,6 +13,7 @@ from celery_durable_beat.control.check import REDELIVERY_ADVICE, recommend
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import ConfigError, StaleEpoch
 from celery_durable_beat.ids import tick_task_id
+from celery_durable_beat.message import tick_headers
 from celery_durable_beat.model import Outcome, Source, Trigger
 from celery_durable_beat.policy import ticks_after
 from celery_durable_beat.publish.capturing import CapturingPublisher
@@ -237,6 +238,8 @@ def test_a_tick_absent_from_the_broker_twice_is_sent_again_with_its_id_and_recor
     )
     assert [m.task_id for m in beat.publisher.messages] == [beat.task_id, beat.task_id]
     assert beat.publisher.messages[1].trigger is Trigger.AUTO  # the tick's own message
+    assert tick_headers(beat.publisher.messages[1]) == tick_headers(beat.publisher.messages[0])
+    assert tick_headers(beat.publisher.messages[1])["periodic_task_name"] == "tick"
     assert [e.detail for e in beat.redeliveries()] == [{"redelivery": 1}]
     assert beat.store.find_enqueued(beat.task_id).trigger is Trigger.AUTO  # type: ignore[union-attr]
 
