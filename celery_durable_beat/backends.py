@@ -60,7 +60,7 @@ def _new_redis_lease(settings: Settings, **options: Any) -> RedisLease:
     missing driver or a URL no client can be built from."""
     url = str(settings.lease_url)
     try:
-        from celery_durable_beat.lease.redis import RedisLease
+        from celery_durable_beat.lease.redis import RedisLease, lease_key
     except ImportError:  # pragma: no cover - depends on the installed extras
         raise _lease_url_problem(
             "a Redis lease needs the redis package: pip install 'celery_durable_beat[redis]'"
@@ -70,6 +70,7 @@ def _new_redis_lease(settings: Settings, **options: Any) -> RedisLease:
             url,
             settings.lease_ttl,
             transport_options=settings.lease_transport_options,
+            key=lease_key(settings.namespace),
             **options,
         )
     except ValueError as exc:
@@ -117,9 +118,12 @@ def make_publisher(app: Any, settings: Settings) -> CeleryPublisher:
 
 
 def make_worker_registry(store: SchemaStore) -> SqlRunStore | None:
-    """Where ``status`` reads the live workers: the run tracking on a SQL store's URL (built
-    without connecting); None for a store with no such table (the in-memory one)."""
+    """Where ``status`` reads the live workers: the run tracking on a SQL store's URL, in the
+    store's namespace (built without connecting); None for a store with no such table (the
+    in-memory one)."""
     from celery_durable_beat.runs.factory import make_tracking
     from celery_durable_beat.store.sql import SqlStore
 
-    return make_tracking(store.url) if isinstance(store, SqlStore) else None
+    if not isinstance(store, SqlStore):
+        return None
+    return make_tracking(store.url, store.namespace)

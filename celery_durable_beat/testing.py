@@ -96,7 +96,7 @@ class FrozenBeat:
     def __init__(self, app: Any, start: datetime | str) -> None:
         settings = Settings.from_conf(app.conf, environ={})
         self._now_ms = datetime_to_ms(_parse_start(start))
-        self.store = MemoryStore(clock=lambda: self._now_ms)
+        self.store = MemoryStore(clock=lambda: self._now_ms, namespace=settings.namespace)
         self.publisher = CapturingPublisher()
         self.dispatcher = Dispatcher(
             self.store,

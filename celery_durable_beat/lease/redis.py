@@ -6,6 +6,11 @@ Three keys, in one hash slot (``{durable_beat}``), as a script's keys must be on
 - ``{durable_beat}:lease:holder`` who holds it (``hostname:pid``), with the same expiry
 - ``{durable_beat}:lease:epoch``  the fencing epoch counter; never expires
 
+Outside the default namespace (SPEC §16) the three are ``{durable_beat}:<ns>:lease``,
+``{durable_beat}:<ns>:lease:holder`` and ``{durable_beat}:<ns>:lease:epoch`` (``lease_key``): each
+namespace has its own leader and its own epoch, and the hash tag stays whole, so a script's keys
+still share one slot. The default namespace's keys are those of releases before namespaces.
+
 Acquire-or-renew is one Lua script, so every step is atomic on the server and expiry is Redis's
 clock alone: the script renews (``PX ttl`` again) only when the key holds the caller's token
 (RedBeat renewed without that check, its issue #127), reports the holder when someone else's
@@ -35,6 +40,15 @@ if TYPE_CHECKING:
     from celery_durable_beat.lease.base import HolderInfo, Lease
 
 DEFAULT_KEY = "{durable_beat}:lease"
+"""The default namespace's lease key."""
+_HASH_TAG = "{durable_beat}"
+
+
+def lease_key(namespace: str | None) -> str:
+    """The lease key of ``namespace`` (None: the default, ``DEFAULT_KEY``); its holder and epoch
+    keys follow from it (module docstring)."""
+    return f"{_HASH_TAG}:{namespace}:lease" if namespace else DEFAULT_KEY
+
 
 FREE, HELD, RENEWED, ACQUIRED = 0, 1, 2, 3
 """Answers of the acquire-or-renew script (its first reply element)."""

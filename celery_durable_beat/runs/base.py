@@ -55,14 +55,40 @@ expiry instant is before that clock's now.
 8. **Workers.** ``announce_worker`` upserts a worker's row (its queues, last seen = now);
    ``forget_worker`` deletes it; ``live_workers(ttl_ms)`` lists the workers last seen at or
    after now - ``ttl_ms``, ordered by hostname (``require_worker``, ``status``).
+9. **Namespaces** (SPEC §16). A tick belongs to the namespace its task id names
+   (``tick_namespace``: the id's ``<namespace>:`` prefix, none for the default), so a tick's
+   claim, its writes (rules 1-5) and the claims' reads of it (rule 6) are that namespace's,
+   whatever namespace the backend was built with: one worker pool serves several apps, and two
+   namespaces' ticks of one schedule name and instant never refuse each other. A backend is
+   built for one namespace (``namespace=None``: the default): tracking's reads (``get_run``,
+   ``previous_tick``, ``states``, ``recent_states``), worker presence (rule 8) and the shared
+   counters are that namespace's only, never another's rows. ``prune_runs`` alone deletes in
+   every namespace: only workers prune, a pool may serve namespaces its own app is not in, and
+   a row it deletes is one no namespace's history shows any more. The default namespace's keys
+   and rows are exactly those of releases before namespaces (Redis ``durable_beat:run:<id>``,
+   store rows with ``namespace = ''``).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
+
+from celery_durable_beat.ids import NAMESPACE_PATTERN, id_namespace
+
+_NAMESPACE = re.compile(NAMESPACE_PATTERN)
+
+
+def tick_namespace(task_id: str) -> str | None:
+    """The namespace a tick's runs live in (rule 9): its id's prefix when that is a namespace's
+    name (``ids.id_namespace``), else None, the default. The id, not the ``periodic_namespace``
+    header, decides: the id is what every claim of the tick dedups on, so every worker and every
+    backend must find the tick in the same place whatever a message's headers say."""
+    found = id_namespace(task_id)
+    return found if found is not None and _NAMESPACE.fullmatch(found) else None
 
 
 class RunState(str, Enum):
@@ -122,6 +148,13 @@ class RunKey:
     schedule: str
     tick_ms: int
     trigger: str
+    namespace: str | None = field(init=False, repr=False, compare=False)
+    """The namespace the tick's runs live in (rule 9), read from the task id once, when the key
+    is made (not a ``cached_property``: on Python 3.11 its lock costs microseconds a tick): a key
+    can never name another namespace than its id."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "namespace", tick_namespace(self.task_id))
 
 
 @dataclass(frozen=True)
@@ -152,6 +185,8 @@ class RunRecord:
     owner: str | None
     updated_at_ms: int
     expires_at_ms: int | None
+    namespace: str | None = None
+    """The namespace the row is in (rule 9); None for the default."""
 
 
 @dataclass(frozen=True)
@@ -227,17 +262,19 @@ class Claims(Protocol):
         """Those of ``task_ids`` a claim was ever taken for, expired or not (rule 6)."""
 
     def count(self, name: str) -> None:
-        """Add one to a counter every worker shares (a no-op where claims live in the store)."""
+        """Add one to a counter every worker of the namespace shares (rule 9; a no-op where
+        claims live in the store)."""
 
     def counters(self) -> dict[str, int]:
-        """The shared counters; empty where there are none."""
+        """The namespace's shared counters; empty where there are none."""
 
     def close(self) -> None:
         """Release connections; idempotent."""
 
 
 class RunTracking(Protocol):
-    """Run state per tick, durable, read by history and the overlap gate (rules 2-4, 7)."""
+    """Run state per tick, durable, read by history and the overlap gate (rules 2-4, 7); the
+    reads and worker presence of the namespace it was built with (rule 9)."""
 
     @property
     def where(self) -> str:
@@ -271,7 +308,8 @@ class RunTracking(Protocol):
         ``since_tick_ms`` (all when None), newest tick first (``pause_on_failure``)."""
 
     def prune_runs(self, limit: int) -> int:
-        """Delete up to ``limit`` expired rows whose ``enqueued`` record is gone (rule 7)."""
+        """Delete up to ``limit`` expired rows whose ``enqueued`` record is gone (rule 7), in
+        every namespace (rule 9)."""
 
     def announce_worker(self, hostname: str, queues: Sequence[str]) -> None:
         """Record that ``hostname`` is alive now and consumes ``queues`` (rule 8)."""

@@ -8,6 +8,11 @@ tracking is always the store. The worker guard (``worker/hooks.py``) and the bea
 (``wiring.make_gate``) both ask here, so a tick the gate revokes before it started is refused by
 whichever worker receives it.
 
+Both are built for the app's ``durable_beat_namespace`` (rule 9 of ``runs/base.py``): the beat's
+gates read only its namespace's runs, a worker announces itself in its app's namespace, and a
+worker's claims of a tick are the tick's namespace's whatever its app's, so one pool serves
+several apps.
+
 Building never connects: engines and clients connect on first use.
 """
 
@@ -57,19 +62,21 @@ def dedup_redis_url(app: Any, settings: Settings) -> str | None:
     return found[0] if found else None
 
 
-def make_tracking(store_url: str) -> SqlRunStore:
-    """Run tracking on the store (raises InvalidArgument for a URL the store cannot use)."""
-    return SqlRunStore(store_url)
+def make_tracking(store_url: str, namespace: str | None = None) -> SqlRunStore:
+    """Run tracking on the store, reading ``namespace``'s runs and workers (None: the default;
+    raises InvalidArgument for a URL the store cannot use)."""
+    return SqlRunStore(store_url, namespace=namespace)
 
 
 def make_runs(app: Any, settings: Settings, store_url: str) -> Runs:
-    """Claims and tracking for ``app``: Redis claims mirrored into the store, or the store's
-    rows as both (``Runs.shared``)."""
-    tracking = make_tracking(store_url)
+    """Claims and tracking for ``app`` in ``settings.namespace``: Redis claims mirrored into the
+    store, or the store's rows as both (``Runs.shared``)."""
+    tracking = make_tracking(store_url, settings.namespace)
     found = dedup_redis(app, settings)
     if found is None:
         return Runs(claims=tracking, tracking=tracking)
     from celery_durable_beat.runs.redis import RedisClaims
 
     marker_ttl_ms = round(settings.dedup_ttl * 1000)
-    return Runs(claims=RedisClaims(*found, marker_ttl_ms=marker_ttl_ms), tracking=tracking)
+    claims = RedisClaims(*found, marker_ttl_ms=marker_ttl_ms, namespace=settings.namespace)
+    return Runs(claims=claims, tracking=tracking)

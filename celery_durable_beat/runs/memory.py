@@ -12,14 +12,21 @@ attempt, is looser for attempts between 1 and that one (rule 1 of ``base.py``).
 
 The audit is not here: ``enqueued`` records what ``previous_tick`` and ``prune_runs`` would read
 from the store's ``enqueued`` records.
+
+Namespaces (rule 9 of ``base.py``): an instance is of one namespace (``namespace=None``: the
+default), and ``in_namespace`` gives another namespace's view of the same rows, as two apps with
+different ``durable_beat_namespace`` see one store. A row is its tick's namespace's (read from
+its id), whichever view wrote it; tracking's reads, worker presence and the counters are the
+view's.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from celery_durable_beat.clock import Clock, SystemClock
@@ -42,10 +49,23 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class _Enqueued:
+    namespace: str | None
     schedule_key: str
     tick_ms: int
     task_id: str
     at_ms: int
+
+
+@dataclass
+class _Tables:
+    """What every namespace's view of one ``MemoryRuns`` shares, as one store's tables."""
+
+    rows: dict[str, RunRecord] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    enqueued: list[_Enqueued] = field(default_factory=list)
+    counters: Counter[tuple[str | None, str]] = field(default_factory=Counter)
+    workers: dict[tuple[str | None, str], WorkerSeen] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class MemoryRuns:
@@ -54,26 +74,34 @@ class MemoryRuns:
     where = "the in-memory runs"
     errors: tuple[type[BaseException], ...] = (StoreError,)
 
-    def __init__(self, clock: Clock | None = None) -> None:
+    def __init__(self, clock: Clock | None = None, *, namespace: str | None = None) -> None:
+        """``namespace``: the one tracking reads, presence and counters are of (rule 9)."""
         self.clock: Clock = clock or SystemClock()
-        self._rows: dict[str, RunRecord] = {}
-        self._attempts: dict[str, int] = {}
-        self._enqueued: list[_Enqueued] = []
-        self._counters: Counter[str] = Counter()
-        self._workers: dict[str, WorkerSeen] = {}
-        self._lock = threading.Lock()
+        self.namespace = namespace
+        self._t = _Tables()
+        self._rows = self._t.rows
+        self._attempts = self._t.attempts
+        self._lock = self._t.lock
+
+    def in_namespace(self, namespace: str | None) -> MemoryRuns:
+        """The same rows, as a backend built for ``namespace`` sees them (module docstring)."""
+        view = copy.copy(self)
+        view.namespace = namespace
+        return view
 
     # -- what the audit would hold ------------------------------------------------------------
     def enqueued(self, schedule: str, tick_ms: int, task_id: str, at_ms: int | None = None) -> None:
-        """Record an ``enqueued`` automatic tick, as the round's audit write would."""
+        """Record an ``enqueued`` automatic tick in this namespace, as the round's audit write
+        would."""
         at = self.clock.now_ms() if at_ms is None else at_ms
+        record = _Enqueued(self.namespace, name_key(schedule), tick_ms, task_id, at)
         with self._lock:
-            self._enqueued.append(_Enqueued(name_key(schedule), tick_ms, task_id, at))
+            self._t.enqueued.append(record)
 
     def forget_enqueued(self, task_id: str) -> None:
         """Drop the ``enqueued`` record of a task id, as history pruning does."""
         with self._lock:
-            self._enqueued = [e for e in self._enqueued if e.task_id != task_id]
+            self._t.enqueued[:] = [e for e in self._t.enqueued if e.task_id != task_id]
 
     # -- claims ---------------------------------------------------------------------------------
     def _live(self, task_id: str, now: int) -> RunRecord | None:
@@ -141,6 +169,7 @@ class MemoryRuns:
             owner=item.owner,
             updated_at_ms=now,
             expires_at_ms=now + item.keep_ms,
+            namespace=item.key.namespace,
         )
         self._attempts[item.key.task_id] = item.attempt
 
@@ -184,26 +213,33 @@ class MemoryRuns:
 
     def count(self, name: str) -> None:
         with self._lock:
-            self._counters[name] += 1
+            self._t.counters[self.namespace, name] += 1
 
     def counters(self) -> dict[str, int]:
         with self._lock:
-            return dict(self._counters)
+            items = list(self._t.counters.items())
+        return {name: n for (namespace, name), n in items if namespace == self.namespace}
 
     # -- tracking -------------------------------------------------------------------------------
+    def _mine(self, row: RunRecord | None) -> RunRecord | None:
+        """``row`` if it is in this view's namespace (rule 9)."""
+        return row if row is not None and row.namespace == self.namespace else None
+
     def get_run(self, task_id: str) -> RunRecord | None:
         with self._lock:
-            return self._rows.get(task_id)
+            return self._mine(self._rows.get(task_id))
 
     def previous_tick(self, schedule: str, before_tick_ms: int) -> PreviousTick | None:
-        wanted = name_key(schedule)
+        wanted, namespace = name_key(schedule), self.namespace
         with self._lock:
             now = self.clock.now_ms()
             record = next(
                 (
                     rec
-                    for rec in reversed(self._enqueued)
-                    if rec.schedule_key == wanted and rec.tick_ms < before_tick_ms
+                    for rec in reversed(self._t.enqueued)
+                    if rec.namespace == namespace
+                    and rec.schedule_key == wanted
+                    and rec.tick_ms < before_tick_ms
                 ),
                 None,
             )
@@ -211,7 +247,8 @@ class MemoryRuns:
                 (
                     row
                     for row in self._rows.values()
-                    if row.schedule_key == wanted
+                    if row.namespace == namespace
+                    and row.schedule_key == wanted
                     and row.trigger == "auto"
                     and row.tick_ms < before_tick_ms
                 ),
@@ -231,19 +268,23 @@ class MemoryRuns:
             rows = [
                 row
                 for row in self._rows.values()
-                if row.schedule_key == wanted and row.trigger == "auto" and row.tick_ms >= floor
+                if row.namespace == self.namespace
+                and row.schedule_key == wanted
+                and row.trigger == "auto"
+                and row.tick_ms >= floor
             ]
         rows.sort(key=lambda row: row.tick_ms, reverse=True)
         return [row.state for row in rows[:limit]]
 
     def states(self, task_ids: Sequence[str]) -> dict[str, RunState]:
         with self._lock:
-            return {t: row.state for t in task_ids if (row := self._rows.get(t)) is not None}
+            return {t: row.state for t in task_ids if (row := self._mine(self._rows.get(t)))}
 
     def prune_runs(self, limit: int) -> int:
+        """In every namespace (rule 9)."""
         with self._lock:
             now = self.clock.now_ms()
-            kept = {e.task_id for e in self._enqueued}
+            kept = {e.task_id for e in self._t.enqueued}
             doomed = [
                 task_id
                 for task_id, row in self._rows.items()
@@ -258,16 +299,20 @@ class MemoryRuns:
     def announce_worker(self, hostname: str, queues: Sequence[str]) -> None:
         with self._lock:
             seen = WorkerSeen(hostname, tuple(queues), self.clock.now_ms())
-            self._workers[hostname] = seen
+            self._t.workers[self.namespace, hostname] = seen
 
     def forget_worker(self, hostname: str) -> None:
         with self._lock:
-            self._workers.pop(hostname, None)
+            self._t.workers.pop((self.namespace, hostname), None)
 
     def live_workers(self, ttl_ms: int) -> list[WorkerSeen]:
         with self._lock:
             floor = self.clock.now_ms() - ttl_ms
-            live = [w for w in self._workers.values() if w.last_seen_ms >= floor]
+            live = [
+                seen
+                for (namespace, _), seen in self._t.workers.items()
+                if namespace == self.namespace and seen.last_seen_ms >= floor
+            ]
         return sorted(live, key=lambda worker: worker.hostname)
 
     def close(self) -> None:

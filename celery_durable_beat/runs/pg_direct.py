@@ -11,6 +11,9 @@ after a few uses. A batch of writes is one transaction of few statements (``writ
 statements are SQLAlchemy Core (no SQL written as text), compiled once for psycopg when the
 module is imported.
 
+Each row is written with its tick's namespace (``RunKey.namespace``, rule 9 of ``base.py``); every
+other statement finds its row by the task id, which names the namespace.
+
 No pre-ping: a connection taken from the idle list that turns out dead (the server restarted,
 an idle session ended) is dropped and the call retried once on a new connection. Every statement
 here may be applied twice for the same call (a reply lost after the server committed): writes
@@ -39,8 +42,9 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import URL
 
 from celery_durable_beat.exceptions import StoreUnavailable
-from celery_durable_beat.runs.base import FINAL_RUN_STATES, RunState, WriteIf
-from celery_durable_beat.runs.sql import replace_run
+from celery_durable_beat.runs.base import RunState, WriteIf
+from celery_durable_beat.runs.sql_statements import UNFINISHED as UNFINISHED_STATES
+from celery_durable_beat.runs.sql_statements import replace_run, state_of
 from celery_durable_beat.store.sql.engine import PG_NOW, pg_connect_args
 from celery_durable_beat.store.tables import runs
 
@@ -49,7 +53,7 @@ T = TypeVar("T")
 IDLE_MAX = 8
 """Most idle connections a process keeps (its pool threads, the flusher, the heartbeat)."""
 
-_UNFINISHED = [s.value for s in RunState if s not in FINAL_RUN_STATES]
+_UNFINISHED = list(UNFINISHED_STATES)
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ def _param(name: str, type_: Any) -> Any:
 def _upsert(where: Any, *, claim: bool = False) -> Any:
     stmt = insert(runs).values(
         task_id=_param("task_id", String),
+        namespace=_param("namespace", String),
         schedule_key=_param("schedule_key", String),
         tick_ms=_param("tick_ms", BigInteger),
         trigger=_param("trigger", String),
@@ -150,7 +155,11 @@ STATE = _compile(
 )
 
 
-_COLUMNS = ("task_id", "schedule_key", "tick_ms", "trigger", "state", "owner", "keep_ms")
+_COLUMNS = (
+    "task_id", "namespace", "schedule_key", "tick_ms", "trigger", "state", "owner", "keep_ms"
+)  # fmt: skip
+_SAME_NAMES = 6
+"""The first columns of ``_COLUMNS``, named as in the table; ``owner`` is ``hostname``."""
 _ARRAYS = {name: f"{name}s" for name in _COLUMNS}
 """The parameter of each column's array in the statements of many rows."""
 
@@ -162,11 +171,10 @@ def _upsert_many(where: Any) -> Any:
     kinds = {"tick_ms": BigInteger, "keep_ms": BigInteger}
     arrays = [_param(_ARRAYS[name], ARRAY(kinds.get(name, String))) for name in _COLUMNS]
     rows = func.unnest(*arrays).table_valued(*_COLUMNS).render_derived(name="batch")
+    given = [rows.c[name] for name in _COLUMNS[: _SAME_NAMES + 1]]  # up to ``owner``
     stmt = insert(runs).from_select(
-        [*_COLUMNS[:5], "hostname", "updated_at_ms", "expires_at_ms"],
-        select(*[rows.c[name] for name in _COLUMNS[:6]], PG_NOW, PG_NOW + rows.c.keep_ms).order_by(
-            rows.c.task_id
-        ),
+        [*_COLUMNS[:_SAME_NAMES], "hostname", "updated_at_ms", "expires_at_ms"],
+        select(*given, PG_NOW, PG_NOW + rows.c.keep_ms).order_by(rows.c.task_id),
     )
     return replace_run(stmt, where)
 
@@ -202,7 +210,8 @@ _SETTLE = {
 }
 
 Values = Mapping[str, Any]
-"""One row's parameters: task_id, schedule_key, tick_ms, trigger, state, owner, keep_ms."""
+"""One row's parameters: task_id, namespace, schedule_key, tick_ms, trigger, state, owner,
+keep_ms (``_COLUMNS``)."""
 
 
 class DirectPg:
@@ -220,7 +229,7 @@ class DirectPg:
         if self.fetch_one(CLAIM, {**values, "retry": attempt}) is not None:
             return None
         found = self.fetch_one(STATE, {"task_id": values["task_id"]})
-        return _state(None if found is None else found[0])
+        return state_of(None if found is None else found[0])
 
     def settle(self, write_if: WriteIf, values: Values) -> bool:
         return self.fetch_one(_SETTLE[write_if], values) is not None
@@ -358,10 +367,3 @@ def _statement_of(write_if: WriteIf, rows: list[Values]) -> tuple[Compiled, Sequ
     if many is None or len(rows) == 1:
         return _WRITE[write_if], rows
     return many, [_columns_of(rows)]
-
-
-def _state(value: str | None) -> RunState:
-    try:
-        return RunState(value)
-    except ValueError:
-        return RunState.UNKNOWN

@@ -8,6 +8,14 @@ key, so rule 1's "absent or expired" is one test here. Each claim also sets a ma
 ``durable_beat:claimed:<task id>``, for ``dedup_ttl`` (rule 6's ``ever_claimed``). Run tracking
 stays in the store, which mirrors every write (``runs/factory.py`` says when Redis holds the
 claims).
+
+Namespaces (rule 9 of ``base.py``): outside the default namespace every key has the namespace
+after ``durable_beat:`` — ``durable_beat:<ns>:run:<task id>``, ``durable_beat:<ns>:claimed:<task
+id>``, ``durable_beat:<ns>:counters`` — so one Redis database holds several apps' keys apart (and
+``SCAN durable_beat:<ns>:*`` finds one app's). A tick's keys are its id's namespace's (the id
+carries it, so the prefix is string work, no round trip); the counters are the namespace the
+claims were built with. The default namespace's keys are those of releases before namespaces.
+The scripts build no key: each gets its keys from here.
 """
 
 from __future__ import annotations
@@ -16,16 +24,19 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from celery_durable_beat.redis_client import connect
-from celery_durable_beat.runs.base import RunKey, RunState, RunWrite
+from celery_durable_beat.runs.base import RunKey, RunState, RunWrite, tick_namespace
 
 if TYPE_CHECKING:
     from celery_durable_beat.runs.base import Claims
 
+KEY_ROOT = "durable_beat:"
+"""What every key of the claims starts with, the namespace after it outside the default."""
 KEY_PREFIX = "durable_beat:run:"
 MARKER_PREFIX = "durable_beat:claimed:"
 """A marker each claim sets for ``dedup_ttl``: the claim key lapses with its run's dead worker
 (``run_ttl``), and the redelivery sweep must still know a worker had the tick (rule 6)."""
 COUNTERS_KEY = "durable_beat:counters"
+"""The default namespace's prefixes and counters key; ``namespaced`` gives another's."""
 DEFAULT_MARKER_TTL_MS = 86_400_000
 """``durable_beat_dedup_ttl``'s default."""
 REDIS_TIMEOUT_S = 2.0
@@ -124,6 +135,36 @@ return 0
 """
 
 
+def namespaced(key: str, namespace: str | None) -> str:
+    """``key`` (one of the default namespace's, above) in ``namespace``: ``durable_beat:run:``
+    becomes ``durable_beat:<ns>:run:``; the default namespace's is ``key`` itself."""
+    if not namespace:
+        return key
+    return f"{KEY_ROOT}{namespace}:{key[len(KEY_ROOT) :]}"
+
+
+def claim_key(task_id: str) -> str:
+    """The claim of a tick: ``durable_beat:run:<id>``, ``durable_beat:<ns>:run:<id>`` for an id
+    of the namespace ``ns``."""
+    return _tick_key(KEY_PREFIX, task_id, tick_namespace(task_id))
+
+
+def marker_key(task_id: str) -> str:
+    """The claimed marker of a tick, prefixed as its claim (``claim_key``)."""
+    return _tick_key(MARKER_PREFIX, task_id, tick_namespace(task_id))
+
+
+def _tick_key(prefix: str, task_id: str, namespace: str | None) -> str:
+    """A tick's key under one of the default namespace's prefixes, in ``namespace`` (the id's,
+    which a ``RunKey`` has read once already)."""
+    return namespaced(prefix, namespace) + task_id if namespace else prefix + task_id
+
+
+def run_key(key: RunKey) -> str:
+    """``claim_key`` of a run's key."""
+    return _tick_key(KEY_PREFIX, key.task_id, key.namespace)
+
+
 def claim_value(state: RunState, attempt: int, owner: str) -> str:
     """The stored value of a claim (``|`` in an owner would split it: replaced)."""
     return f"{state.value}|{attempt}|{owner.replace('|', '/')}"
@@ -150,15 +191,20 @@ class RedisClaims:
         url: str,
         transport_options: Mapping[str, Any] | None = None,
         marker_ttl_ms: int = DEFAULT_MARKER_TTL_MS,
+        *,
+        namespace: str | None = None,
     ) -> None:
         """``url`` in any form ``redis_client`` takes; ``transport_options`` name a sentinel
         URL's master (the lease's, or the broker's when the claims share the broker);
-        ``marker_ttl_ms``: how long ``ever_claimed`` remembers a claim (``dedup_ttl``)."""
+        ``marker_ttl_ms``: how long ``ever_claimed`` remembers a claim (``dedup_ttl``);
+        ``namespace``: the one the shared counters are of (the ticks' keys are their ids')."""
         import redis
 
         from celery_durable_beat.runs.redis_lua import LuaScript
 
         self.url = url
+        self.namespace = namespace
+        self.counters_key = namespaced(COUNTERS_KEY, namespace)
         self.marker_ttl_ms = max(1, marker_ttl_ms)
         self.client: Any = connect(url, transport_options, timeout=REDIS_TIMEOUT_S)
         self.errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
@@ -167,32 +213,27 @@ class RedisClaims:
         self._heartbeat = LuaScript(self.client, _HEARTBEAT)
         self._release = LuaScript(self.client, _RELEASE)
 
-    @staticmethod
-    def key(task_id: str) -> str:
-        return KEY_PREFIX + task_id
-
-    @staticmethod
-    def marker(task_id: str) -> str:
-        return MARKER_PREFIX + task_id
+    key = staticmethod(claim_key)
+    marker = staticmethod(marker_key)
 
     def claim(
         self, key: RunKey, owner: str, attempt: int, ttl_ms: int, settles: Sequence[RunWrite] = ()
     ) -> RunState | None:
-        keys = [self.key(key.task_id), self.marker(key.task_id)]
+        keys = [run_key(key), _tick_key(MARKER_PREFIX, key.task_id, key.namespace)]
         args: list[str | int] = [_held(owner), attempt, max(1, ttl_ms), self.marker_ttl_ms]
         for write in settles:
-            keys.append(self.key(write.key.task_id))
+            keys.append(run_key(write.key))
             args += _settle_args(write)
         found = self._claim(keys=keys, args=args)
         return parse_state(found) if found else None  # Lua's false: nil, or RESP3's false
 
     def settle(self, write: RunWrite) -> bool:
-        return bool(self._settle(keys=[self.key(write.key.task_id)], args=_settle_args(write)))
+        return bool(self._settle(keys=[run_key(write.key)], args=_settle_args(write)))
 
     def settle_many(self, writes: Sequence[RunWrite]) -> None:
         if not writes:
             return
-        keys = [self.key(write.key.task_id) for write in writes]
+        keys = [run_key(write.key) for write in writes]
         args = [arg for write in writes for arg in _settle_args(write)]
         self._settle(keys=keys, args=args)
 
@@ -200,7 +241,7 @@ class RedisClaims:
         """``revoked`` for a tick not started yet (absent or waiting for a retry)."""
         value = claim_value(RunState.REVOKED, 0, owner)
         args: list[str | int] = [_held(owner), value, max(1, keep_ms), "revoke"]
-        return bool(self._settle(keys=[self.key(key.task_id)], args=args))
+        return bool(self._settle(keys=[run_key(key)], args=args))
 
     def heartbeat(self, held: Sequence[tuple[str, str]], ttl_ms: int) -> None:
         if not held:
@@ -233,10 +274,10 @@ class RedisClaims:
         }
 
     def count(self, name: str) -> None:
-        self.client.hincrby(COUNTERS_KEY, name, 1)
+        self.client.hincrby(self.counters_key, name, 1)
 
     def counters(self) -> dict[str, int]:
-        raw = self.client.hgetall(COUNTERS_KEY)
+        raw = self.client.hgetall(self.counters_key)
         return {k.decode(): int(v) for k, v in raw.items()}
 
     def close(self) -> None:

@@ -13,6 +13,12 @@ skewed clock still expires when the store says so. ``hostname`` holds the run's 
 Built on its own lazily created engine so that building one never connects: the worker makes
 one per process (after the prefork fork), the beat's overlap gate one on first use.
 
+Namespaces (rule 9 of ``base.py``): each row's ``namespace`` column is its tick's, written with
+the row whatever the store was built with; the reads the beat and ``status`` make (tracking,
+worker presence) are of the namespace it was built with (``sql_statements.py``, the statements
+this module shares with ``pg_direct.py``). A claim's reads of its tick go by the primary key,
+the task id, which names its namespace.
+
 The worker's transitions (claim, write, settle, release, heartbeat) are its hot path: on
 PostgreSQL through psycopg they skip SQLAlchemy's connection and statement machinery
 (``pg_direct.py``: one autocommit statement each, compiled once per process, a batch of writes
@@ -32,10 +38,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 
 from celery_durable_beat.exceptions import StoreError
-from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Trigger
 from celery_durable_beat.runs.base import (
-    FINAL_RUN_STATES,
     PreviousTick,
     RunKey,
     RunRecord,
@@ -44,26 +48,27 @@ from celery_durable_beat.runs.base import (
     WorkerSeen,
     WriteIf,
 )
+from celery_durable_beat.runs.sql_statements import (
+    OWNER_LENGTH,
+    UNFINISHED,
+    announce,
+    newest_enqueued,
+    newest_run,
+    replace_run,
+    row_values,
+    schedule_key_of,
+    state_of,
+    stored_namespace,
+    write_values,
+)
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, insert_into
 from celery_durable_beat.store.tables import ENQUEUED, audit, runs, workers
-from celery_durable_beat.store.values import NAME_LENGTH
 
 if TYPE_CHECKING:
     from celery_durable_beat.runs.base import Claims, RunTracking
     from celery_durable_beat.runs.pg_direct import DirectPg
 
 T = TypeVar("T")
-
-OWNER_LENGTH = 255
-"""Width of the ``hostname`` column that holds the owner."""
-
-_UNFINISHED = tuple(s.value for s in RunState if s not in FINAL_RUN_STATES)
-
-
-def _schedule_key(name: str) -> str:
-    """Runs are keyed by the name key, like audit records; cut to the column (a header can
-    carry any name)."""
-    return name_key(name)[:NAME_LENGTH]
 
 
 class SqlRunStore(LazyEngine):
@@ -72,8 +77,12 @@ class SqlRunStore(LazyEngine):
     where = "the durable beat store"
     errors: tuple[type[BaseException], ...] = (StoreError, SQLAlchemyError, OSError)
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, namespace: str | None = None) -> None:
+        """``namespace``: the one tracking reads and worker presence are of (rule 9); None,
+        the default namespace."""
         super().__init__(url)
+        self.namespace = namespace
+        self._ns = stored_namespace(namespace)
         self._direct_pg: DirectPg | None = None
         self._direct_ok = self._postgres and self._url.get_driver_name() == "psycopg"
         self._direct_lock = threading.Lock()
@@ -108,7 +117,8 @@ class SqlRunStore(LazyEngine):
         now = self._now()
         return self._insert().values(
             task_id=key.task_id,
-            schedule_key=_schedule_key(key.schedule),
+            namespace=stored_namespace(key.namespace),
+            schedule_key=schedule_key_of(key.schedule),
             tick_ms=key.tick_ms,
             trigger=key.trigger,
             state=state.value,
@@ -124,7 +134,7 @@ class SqlRunStore(LazyEngine):
         settle when the claims are these rows: its run ends go through tracking)."""
         self.write(settles)
         if self._direct is not None:
-            return self._direct.claim(_values(key, RunState.STARTED, owner, ttl_ms), attempt)
+            return self._direct.claim(row_values(key, RunState.STARTED, owner, ttl_ms), attempt)
         stmt = self._row(key, RunState.STARTED, owner, ttl_ms)
         takeover: ColumnElement[bool] = or_(
             runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
@@ -138,7 +148,7 @@ class SqlRunStore(LazyEngine):
             if conn.execute(stmt).first() is not None:
                 return None
             found = conn.execute(select(runs.c.state).where(runs.c.task_id == key.task_id)).scalar()
-            return _state(found)
+            return state_of(found)
 
         return self._write(change)
 
@@ -146,7 +156,7 @@ class SqlRunStore(LazyEngine):
         if not writes:
             return
         if self._direct is not None:
-            self._direct.write([(item.write_if, _write_values(item)) for item in writes])
+            self._direct.write([(item.write_if, write_values(item)) for item in writes])
             return
 
         def change(conn: Connection) -> None:
@@ -160,7 +170,7 @@ class SqlRunStore(LazyEngine):
 
     def settle(self, write: RunWrite) -> bool:
         if self._direct is not None:
-            return self._direct.settle(write.write_if, _write_values(write))
+            return self._direct.settle(write.write_if, write_values(write))
         stmt = self._write_statement(write).returning(runs.c.task_id)
         return bool(self._write(lambda conn: conn.execute(stmt).first() is not None))
 
@@ -169,7 +179,7 @@ class SqlRunStore(LazyEngine):
             now = self._now()
             return (
                 update(runs)
-                .where(runs.c.task_id == item.key.task_id, runs.c.state.in_(_UNFINISHED))
+                .where(runs.c.task_id == item.key.task_id, runs.c.state.in_(UNFINISHED))
                 .values(state=item.state.value, updated_at_ms=now, expires_at_ms=now + item.keep_ms)
             )
         stmt = self._row(item.key, item.state, item.owner, item.keep_ms)
@@ -178,7 +188,7 @@ class SqlRunStore(LazyEngine):
             where = runs.c.hostname == stmt.excluded.hostname
         elif item.write_if is WriteIf.UNLESS_ENDED_OTHERWISE:
             where = or_(
-                runs.c.state.in_(_UNFINISHED),
+                runs.c.state.in_(UNFINISHED),
                 runs.c.state == stmt.excluded.state,
                 runs.c.expires_at_ms < stmt.excluded.updated_at_ms,
             )
@@ -206,11 +216,16 @@ class SqlRunStore(LazyEngine):
         )
         with self._tx(write=False) as conn:
             found = conn.execute(query).scalar()
-        return None if found is None else _state(found)
+        return None if found is None else state_of(found)
 
     def ever_claimed(self, task_ids: Sequence[str]) -> set[str]:
-        """A claim is its tick's row, kept expired until pruned: any row."""
-        return set(self.states(task_ids))
+        """A claim is its tick's row, kept expired until pruned: any row (by the primary key;
+        each id names its namespace)."""
+        if not task_ids:
+            return set()
+        query = select(runs.c.task_id).where(runs.c.task_id.in_(list(task_ids)))
+        with self._tx(write=False) as conn:
+            return set(conn.execute(query).scalars())
 
     def count(self, name: str) -> None:
         """No shared counters in the store (``shared_counters`` is empty)."""
@@ -248,8 +263,9 @@ class SqlRunStore(LazyEngine):
         return bool(self._write(lambda conn: conn.execute(stmt).first() is not None))
 
     def get_run(self, task_id: str) -> RunRecord | None:
+        query = select(runs).where(runs.c.namespace == self._ns, runs.c.task_id == task_id)
         with self._tx(write=False) as conn:
-            row = conn.execute(select(runs).where(runs.c.task_id == task_id)).first()
+            row = conn.execute(query).first()
         if row is None:
             return None
         return RunRecord(
@@ -257,62 +273,29 @@ class SqlRunStore(LazyEngine):
             schedule_key=row.schedule_key,
             tick_ms=row.tick_ms,
             trigger=row.trigger,
-            state=_state(row.state),
+            state=state_of(row.state),
             owner=row.hostname,
             updated_at_ms=row.updated_at_ms,
             expires_at_ms=row.expires_at_ms,
+            namespace=row.namespace or None,
         )
 
     def previous_tick(self, schedule: str, before_tick_ms: int) -> PreviousTick | None:
-        """Walks the (schedule_key, id) index backwards to the first matching record, and the
-        runs' (schedule_key, tick_ms) index backwards to the newest run: a newer run than the
-        record is a tick that went out without it (rule 7)."""
-        key = _schedule_key(schedule)
-        query = (
-            select(
-                audit.c.task_id,
-                audit.c.tick_ms,
-                audit.c.recorded_at_ms,
-                runs.c.state,
-                runs.c.expires_at_ms,
-                self._now().label("now_ms"),
-            )
-            .select_from(audit.outerjoin(runs, runs.c.task_id == audit.c.task_id))
-            .where(
-                audit.c.schedule_key == key,
-                ENQUEUED,
-                audit.c.trigger == Trigger.AUTO.value,
-                audit.c.tick_ms < before_tick_ms,
-            )
-            .order_by(audit.c.id.desc())
-            .limit(1)
-        )
-        newest_run = (
-            select(
-                runs.c.task_id,
-                runs.c.tick_ms,
-                runs.c.updated_at_ms,
-                runs.c.state,
-                runs.c.expires_at_ms,
-                self._now().label("now_ms"),
-            )
-            .where(
-                runs.c.schedule_key == key,
-                runs.c.trigger == Trigger.AUTO.value,
-                runs.c.tick_ms < before_tick_ms,
-            )
-            .order_by(runs.c.tick_ms.desc())
-            .limit(1)
-        )
+        """Walks the (namespace, schedule_key, id) index backwards to the first matching record,
+        and the runs' (namespace, schedule_key, tick_ms) index backwards to the newest run: a
+        newer run than the record is a tick that went out without it (rule 7)."""
+        key, now = schedule_key_of(schedule), self._now()
+        query = newest_enqueued(self._ns, key, before_tick_ms, now)
+        latest = newest_run(self._ns, key, before_tick_ms, now)
         with self._tx(write=False) as conn:
             row = conn.execute(query).first()
-            run = conn.execute(newest_run).first()
+            run = conn.execute(latest).first()
         if run is not None and (row is None or row.task_id is None or run.tick_ms > row.tick_ms):
             return PreviousTick(
                 task_id=run.task_id,
                 tick_ms=run.tick_ms,
                 enqueued_at_ms=run.updated_at_ms,
-                state=_state(run.state),
+                state=state_of(run.state),
                 expires_at_ms=run.expires_at_ms,
                 now_ms=int(run.now_ms),
             )
@@ -322,33 +305,37 @@ class SqlRunStore(LazyEngine):
             task_id=row.task_id,
             tick_ms=row.tick_ms,
             enqueued_at_ms=row.recorded_at_ms,
-            state=None if row.state is None else _state(row.state),
+            state=None if row.state is None else state_of(row.state),
             expires_at_ms=row.expires_at_ms,
             now_ms=int(row.now_ms),
         )
 
     def recent_states(self, schedule: str, since_tick_ms: int | None, limit: int) -> list[RunState]:
-        """One walk of the (schedule_key, tick_ms) index backwards."""
+        """One walk of the (namespace, schedule_key, tick_ms) index backwards."""
         query = select(runs.c.state).where(
-            runs.c.schedule_key == _schedule_key(schedule),
+            runs.c.namespace == self._ns,
+            runs.c.schedule_key == schedule_key_of(schedule),
             runs.c.trigger == Trigger.AUTO.value,
         )
         if since_tick_ms is not None:
             query = query.where(runs.c.tick_ms >= since_tick_ms)
         with self._tx(write=False) as conn:
             found = conn.execute(query.order_by(runs.c.tick_ms.desc()).limit(limit)).scalars()
-            return [_state(state) for state in found]
+            return [state_of(state) for state in found]
 
     def states(self, task_ids: Sequence[str]) -> dict[str, RunState]:
         """One query on the primary key, however many ids (the round asks once per round)."""
         if not task_ids:
             return {}
-        query = select(runs.c.task_id, runs.c.state).where(runs.c.task_id.in_(list(task_ids)))
+        query = select(runs.c.task_id, runs.c.state).where(
+            runs.c.namespace == self._ns, runs.c.task_id.in_(list(task_ids))
+        )
         with self._tx(write=False) as conn:
             rows = conn.execute(query).all()
-        return {row.task_id: _state(row.state) for row in rows}
+        return {row.task_id: state_of(row.state) for row in rows}
 
     def prune_runs(self, limit: int) -> int:
+        """In every namespace (rule 9): only workers prune, and a pool may serve several."""
         recorded = exists(select(audit.c.id).where(audit.c.task_id == runs.c.task_id, ENQUEUED))
         doomed = (
             select(runs.c.task_id)
@@ -366,24 +353,23 @@ class SqlRunStore(LazyEngine):
 
     # -- worker presence (rule 8) ---------------------------------------------------------------
     def announce_worker(self, hostname: str, queues: Sequence[str]) -> None:
-        """One upsert on the primary key; last seen is the store's now."""
+        """One upsert on the primary key (namespace, hostname); last seen is the store's now."""
         dialect = "postgresql" if self._postgres else "sqlite"
-        stmt = insert_into(workers, dialect).values(
-            hostname=hostname[:OWNER_LENGTH], queues=list(queues), last_seen_ms=self._now()
-        )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=[workers.c.hostname],
-            set_={"queues": stmt.excluded.queues, "last_seen_ms": stmt.excluded.last_seen_ms},
-        )
+        stmt = announce(dialect, self._ns, hostname, queues, self._now())
         self._write(lambda conn: conn.execute(stmt))
 
     def forget_worker(self, hostname: str) -> None:
-        stmt = workers.delete().where(workers.c.hostname == hostname[:OWNER_LENGTH])
+        stmt = workers.delete().where(
+            workers.c.namespace == self._ns, workers.c.hostname == hostname[:OWNER_LENGTH]
+        )
         self._write(lambda conn: conn.execute(stmt))
 
     def live_workers(self, ttl_ms: int) -> list[WorkerSeen]:
-        """One read of the (small) table; sorted here, so every database orders alike."""
-        query = select(workers).where(workers.c.last_seen_ms >= self._now() - ttl_ms)
+        """One read of the namespace's rows of the (small) table; sorted here, so every database
+        orders alike."""
+        query = select(workers).where(
+            workers.c.namespace == self._ns, workers.c.last_seen_ms >= self._now() - ttl_ms
+        )
         with self._tx(write=False) as conn:
             rows = conn.execute(query).all()
         seen = [
@@ -397,30 +383,6 @@ class SqlRunStore(LazyEngine):
         return sorted(seen, key=lambda worker: worker.hostname)
 
 
-def _values(key: RunKey, state: RunState, owner: str, keep_ms: int) -> dict[str, Any]:
-    """The parameters of one run row, as the direct statements name them."""
-    return {
-        "task_id": key.task_id,
-        "schedule_key": _schedule_key(key.schedule),
-        "tick_ms": key.tick_ms,
-        "trigger": key.trigger,
-        "state": state.value,
-        "owner": owner[:OWNER_LENGTH],
-        "keep_ms": keep_ms,
-    }
-
-
-def _write_values(item: RunWrite) -> dict[str, Any]:
-    return _values(item.key, item.state, item.owner, item.keep_ms)
-
-
-def _state(value: str | None) -> RunState:
-    try:
-        return RunState(value)
-    except ValueError:
-        return RunState.UNKNOWN
-
-
 if TYPE_CHECKING:
 
     def _tracks(store: SqlRunStore) -> RunTracking:
@@ -430,19 +392,3 @@ if TYPE_CHECKING:
     def _claims(store: SqlRunStore) -> Claims:
         """... and the whole Claims protocol."""
         return store
-
-
-def replace_run(stmt: Any, where: ColumnElement[bool] | None) -> Any:
-    """The run row's upsert: on a conflict the new state, owner and expiry replace the row's,
-    where ``where`` allows (one definition for this module and ``pg_direct.py``)."""
-    excluded = stmt.excluded
-    return stmt.on_conflict_do_update(
-        index_elements=[runs.c.task_id],
-        set_={
-            "state": excluded.state,
-            "hostname": excluded.hostname,
-            "updated_at_ms": excluded.updated_at_ms,
-            "expires_at_ms": excluded.expires_at_ms,
-        },
-        where=where,
-    )

@@ -39,6 +39,14 @@ the jobs its pool processes already hold: Celery 5.7 then hangs ~30 s and leaves
 unacknowledged although they ran (``shutdown.py`` tells why).
 
 A task without the headers costs one attribute lookup: no store, no Redis.
+
+Namespaces (SPEC §16): a tick is claimed, and its run states written, in the namespace its task
+id names (``runs.base.tick_namespace``), whatever the worker's own ``durable_beat_namespace``,
+so one worker pool serves the ticks of several apps, each in its own namespace, once each. The
+``periodic_namespace`` header says the same for every tick beat sends; a delivery whose header
+and id disagree is claimed under the id's (the id is what every claim of the tick dedups on,
+so every worker must agree on where its claim is) and counted (``namespace_mismatch``). The
+worker's presence and shared counters are in its own app's namespace.
 """
 
 from __future__ import annotations
@@ -265,8 +273,11 @@ def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
     task_id = str(request.get("id"))
     key = RunKey(task_id, origin.schedule, origin.tick_ms, origin.trigger.value)
     delivery = request.get("delivery_info") or {}
+    runtime = installed.runtime()
+    if origin.namespace != key.namespace:  # the id decides (module docstring)
+        runtime.counters["namespace_mismatch"] += 1
     try:
-        held = installed.runtime().enter(
+        held = runtime.enter(
             key,
             hostname=str(request.get("hostname") or socket.gethostname()),
             attempt=int(request.get("retries") or 0),
@@ -281,6 +292,7 @@ def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
                 Action.DUPLICATE_REFUSED,
                 task_id=task_id,
                 schedule=origin.schedule,
+                namespace=key.namespace,
                 run_state=refused.state.value,
             ),
         )
@@ -443,7 +455,7 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     if installed is None:
         return
     settings = installed.settings()  # a bad setting stops the worker here, not a task later
-    make_tracking(settings.url)
+    make_tracking(settings.url, settings.namespace)
     moved = cover_tasks(installed.app)
     if moved:
         log.debug(
@@ -491,7 +503,8 @@ def _after_fork() -> None:
 def counters(app: Any) -> dict[str, int]:
     """This process's guard counters for ``app``: ``claimed``, ``duplicates_refused``,
     ``unclaimed`` (ran without the dedup check: backend down), ``tracking_errors``,
-    ``tracking_dropped``."""
+    ``tracking_dropped``, ``namespace_mismatch`` (a tick whose ``periodic_namespace`` header
+    names another namespace than its id: claimed under the id's)."""
     installed = _installation(app)
     runtime = installed.existing_runtime() if installed else None
     total: Counter[str] = Counter()

@@ -1,4 +1,4 @@
-"""Which tick a task delivery belongs to: the ``periodic_*`` headers beat sets (SPEC §4)."""
+"""Which tick a task delivery belongs to: the ``periodic_*`` headers beat sets (SPEC §4, §16)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,12 @@ from datetime import datetime
 from typing import Any
 
 from celery_durable_beat.clock import ms_to_datetime
-from celery_durable_beat.message import HEADER_SCHEDULE, HEADER_TICK_MS, HEADER_TRIGGER
+from celery_durable_beat.message import (
+    HEADER_NAMESPACE,
+    HEADER_SCHEDULE,
+    HEADER_TICK_MS,
+    HEADER_TRIGGER,
+)
 from celery_durable_beat.model import Trigger
 
 
@@ -19,6 +24,10 @@ class PeriodicOrigin:
     schedule: str
     tick_ms: int
     trigger: Trigger
+    namespace: str | None = None
+    """The namespace of the beat that sent it (``periodic_namespace``, SPEC §16); None for the
+    default namespace. The guard claims the tick in the namespace its task id names, which beat
+    makes agree with this header (``runs.base.tick_namespace``)."""
 
     @property
     def tick(self) -> datetime:
@@ -57,4 +66,7 @@ def periodic_origin(request: Any) -> PeriodicOrigin | None:
         trigger = Trigger(_header(request, HEADER_TRIGGER) or Trigger.AUTO.value)
     except ValueError:
         return None
-    return PeriodicOrigin(schedule=schedule, tick_ms=tick_ms, trigger=trigger)
+    namespace = _header(request, HEADER_NAMESPACE)
+    if not isinstance(namespace, str) or not namespace:
+        namespace = None
+    return PeriodicOrigin(schedule=schedule, tick_ms=tick_ms, trigger=trigger, namespace=namespace)

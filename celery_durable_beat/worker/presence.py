@@ -4,9 +4,12 @@ A worker that ran ``install(app)`` announces its node name and the names of the 
 consumer consumes (``Announcer``), from its main process only — at consumer start
 (``hooks.PresenceStep``) and then on the guard's heartbeat thread, at most once every
 ``durable_beat_worker_ttl / 3`` — and forgets itself at ``worker_shutdown``. The rows live where
-run tracking lives (``RunTracking.announce_worker``, the store), with the store's clock. An
-outage never reaches the worker: a failed announce opens the store circuit the run-state writes
-share (logged once, ``run_tracking_unavailable``) and is tried again on a later heartbeat.
+run tracking lives (``RunTracking.announce_worker``, the store), with the store's clock, in the
+namespace of the worker's own app (SPEC §16; rule 9 of ``runs/base.py``): a pool whose app sets
+no namespace is a live worker for the default namespace's ``require_worker`` only, whichever
+namespaces' ticks it runs. An outage never reaches the worker: a failed announce opens the store
+circuit the run-state writes share (logged once, ``run_tracking_unavailable``) and is tried again
+on a later heartbeat.
 
 The beat side, which reads these rows for ``require_worker``, is ``gates/live_queues.py``.
 """

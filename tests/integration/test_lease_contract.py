@@ -16,7 +16,7 @@ from celery_durable_beat.backends import make_lease
 from celery_durable_beat.exceptions import ConfigError, LeaseError, StaleEpoch
 from celery_durable_beat.lease.base import Lease, LeaseStatus
 from celery_durable_beat.lease.memory import MemoryLease
-from celery_durable_beat.lease.redis import DEFAULT_KEY, RedisLease
+from celery_durable_beat.lease.redis import DEFAULT_KEY, RedisLease, lease_key
 from celery_durable_beat.lease.sql import StoreLease
 from celery_durable_beat.model import Outcome, Trigger
 from celery_durable_beat.settings import Settings
@@ -270,6 +270,40 @@ def test_redis_forgetting_its_counter_never_reuses_an_epoch(
     a.release()
     b = _make(backend, leases, "b")
     assert b.acquire_or_renew().epoch == 44
+
+
+def test_each_namespace_has_its_own_redis_lease_keys_and_epoch(redis_url: str) -> None:
+    """SPEC §16: two namespaces' beats on one Redis both lead, each with its own epoch; the
+    keys keep the ``{durable_beat}`` hash tag (one slot for a script's keys on a cluster), and the
+    default namespace's are exactly those of releases before namespaces."""
+    import redis
+
+    assert lease_key(None) == DEFAULT_KEY == "{durable_beat}:lease"
+    assert lease_key("alpha") == "{durable_beat}:alpha:lease"
+    made = [
+        RedisLease(redis_url, 30.0, holder=f"{ns}-beat", epoch_floor=lambda: 0, key=lease_key(ns))
+        for ns in (None, "alpha", "beta")
+    ]
+    try:
+        default, alpha, beta = (lease.acquire_or_renew() for lease in made)
+        assert default.leader and alpha.leader and beta.leader
+        assert alpha.epoch == beta.epoch == default.epoch == 1  # three counters
+        made[1].release()
+        again = made[1].acquire_or_renew()
+        assert again.leader and again.epoch == 2
+        assert made[2].acquire_or_renew().epoch == 1  # beta's untouched
+        client = redis.Redis.from_url(redis_url)
+        try:
+            assert {key.decode() for key in client.keys("*durable_beat*")} == {
+                f"{{durable_beat}}{tail}"
+                for ns in ("", ":alpha", ":beta")
+                for tail in (f"{ns}:lease", f"{ns}:lease:holder", f"{ns}:lease:epoch")
+            }
+        finally:
+            client.close()
+    finally:
+        for lease in made:
+            lease.close()
 
 
 @STORE_LEASES

@@ -80,7 +80,7 @@ def _add_due_schedules(store: SqlStore, count: int, first_tick_ms: int) -> None:
 
     def write(conn: Any) -> None:
         for definition in defs:
-            sql_admin.upsert(conn, definition, Source.CONFIG, first_tick_ms, 0)
+            sql_admin.upsert(conn, "", definition, Source.CONFIG, first_tick_ms, 0)
 
     store.write_transaction(write)
 

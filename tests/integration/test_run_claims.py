@@ -3,7 +3,9 @@
 The claims rules of ``runs/base.py`` (1-6) are tested once, on every backend: ``SqlRunStore`` on
 SQLite and PostgreSQL, ``RedisClaims`` and ``MemoryRuns``. The tracking rules (7) run on the
 store and on ``MemoryRuns``; the overlap gate (``gates/overlap.py``) on the store, and on memory for
-claims kept apart from tracking."""
+claims kept apart from tracking. Rule 9 (namespaces) runs on every backend: claims of several
+namespaces through one backend, tracking seen from several namespaces, and the default
+namespace's keys and rows exactly as before namespaces."""
 
 from __future__ import annotations
 
@@ -648,3 +650,293 @@ def test_replace_revokes_nothing_for_a_tick_that_is_not_safe(
     gate.flush({key(T0 + MINUTE).task_id})  # and a later flush does not resurrect it
     assert app.control.revoked == []
     assert _state(runs, key(T0)) is RunState.STARTED
+
+
+# -- rule 9: namespaces ---------------------------------------------------------------------------
+
+NAMESPACES = (None, "alpha", "beta")
+"""The default namespace and two others, whose ticks share the schedule name and instants."""
+
+
+def ns_key(namespace: str | None, tick_ms: int = T0, name: str = NAME) -> RunKey:
+    return RunKey(tick_task_id(name, tick_ms, namespace), name, tick_ms, Trigger.AUTO.value)
+
+
+def _in_namespace(claims: Claims, namespace: str | None) -> Claims:
+    """Another handle on the same backend, built for ``namespace`` (as another app's beat or
+    worker would build it)."""
+    if isinstance(claims, MemoryRuns):
+        return claims.in_namespace(namespace)
+    if isinstance(claims, RedisClaims):
+        return RedisClaims(claims.url, namespace=namespace)
+    assert isinstance(claims, SqlRunStore)
+    return SqlRunStore(claims.url, namespace=namespace)
+
+
+def test_a_key_is_in_the_namespace_its_id_names() -> None:
+    assert ns_key(None).namespace is None
+    assert ns_key("alpha").namespace == "alpha"
+    assert ns_key("alpha").task_id == "alpha:" + ns_key(None).task_id
+    # An id beat did not make in a namespace is the default's, whatever it holds.
+    assert RunKey("Not:a-namespace@x", NAME, T0, "auto").namespace is None
+    assert RunKey("plain-uuid-like-id", NAME, T0, "auto").namespace is None
+
+
+def test_two_namespaces_claims_of_one_tick_never_refuse_each_other(claims: Claims) -> None:
+    """Three apps' ticks of one schedule name at one instant, claimed through one backend (a
+    worker pool serving them all): each once, each duplicate refused by its own tick only."""
+    keys = [ns_key(ns) for ns in NAMESPACES]
+    assert len({k.task_id for k in keys}) == 3
+    assert [claims.claim(k, f"w-{k.namespace}", 0, MINUTE) for k in keys] == [None] * 3
+    assert [claims.claim(k, "dup", 0, MINUTE) for k in keys] == [RunState.STARTED] * 3
+    assert settle(claims, keys[1], RunState.SUCCEEDED, "w-alpha")
+    assert [claims.state(k.task_id) for k in keys] == [
+        RunState.STARTED,
+        RunState.SUCCEEDED,
+        RunState.STARTED,
+    ]
+    claims.release(keys[2].task_id, "w-beta")  # beta's given back; the others untouched
+    assert claims.claim(keys[2], "w2", 0, MINUTE) is None
+    assert claims.claim(keys[0], "w2", 0, MINUTE) is RunState.STARTED
+    assert claims.claim(keys[1], "w2", 0, MINUTE) is RunState.SUCCEEDED
+    later = [ns_key(ns, T0 + MINUTE) for ns in NAMESPACES]
+    assert claims.mark_revoked(later[1], "beat", MINUTE)  # alpha's beat revokes alpha's only
+    assert [claims.claim(k, "w3", 0, MINUTE) for k in later] == [None, RunState.REVOKED, None]
+    assert claims.ever_claimed([k.task_id for k in keys + later]) == {
+        k.task_id for k in keys + later
+    }
+
+
+def test_claims_of_a_tick_are_its_namespaces_whoever_built_the_backend(claims: Claims) -> None:
+    """The worker's backend is built for its own app's namespace (here the default), alpha's
+    beat's for alpha: both find alpha's tick in one place (its id's namespace)."""
+    alpha = _in_namespace(claims, "alpha")
+    try:
+        k = ns_key("alpha")
+        assert alpha.mark_revoked(k, "beat", MINUTE)
+        assert claims.claim(k, "w1", 0, MINUTE) is RunState.REVOKED
+        assert alpha.state(k.task_id) is claims.state(k.task_id) is RunState.REVOKED
+        mine = ns_key(None)
+        assert alpha.claim(mine, "w1", 0, MINUTE) is None
+        assert claims.claim(mine, "w2", 0, MINUTE) is RunState.STARTED
+        assert claims.ever_claimed([mine.task_id, k.task_id]) == {mine.task_id, k.task_id}
+    finally:
+        alpha.close()
+
+
+def test_the_default_namespaces_redis_keys_are_as_before(redis_url: str) -> None:
+    claims, alpha = RedisClaims(redis_url), RedisClaims(redis_url, namespace="alpha")
+    try:
+        plain, other = ns_key(None), ns_key("alpha")
+        for k in (plain, other):
+            assert claims.claim(k, "w1", 0, MINUTE) is None
+        claims.count("duplicates_refused")
+        alpha.count("duplicates_refused")
+        alpha.count("duplicates_refused")
+        found = {key.decode() for key in claims.client.keys("durable_beat*")}
+        assert found == {
+            f"durable_beat:run:{plain.task_id}",
+            f"durable_beat:claimed:{plain.task_id}",
+            "durable_beat:counters",
+            f"durable_beat:alpha:run:{other.task_id}",
+            f"durable_beat:alpha:claimed:{other.task_id}",
+            "durable_beat:alpha:counters",
+        }
+        assert claims.client.get(f"durable_beat:run:{plain.task_id}") == b"started|0|w1"
+        assert claims.counters() == {"duplicates_refused": 1}
+        assert alpha.counters() == {"duplicates_refused": 2}
+    finally:
+        claims.close()
+        alpha.close()
+
+
+@pytest.mark.parametrize("driver", ["sqlite_url", "pg_url"])
+def test_the_default_namespaces_rows_are_as_before(
+    driver: str, request: pytest.FixtureRequest
+) -> None:
+    """Every write path (a claim, one write, a batch of writes: on PostgreSQL the direct
+    statements, one of many rows) stores each row under its tick's namespace, ``''`` for the
+    default; a worker's row under its app's."""
+    runs = _sql_runs(str(request.getfixturevalue(driver)))
+    alpha = SqlRunStore(runs.url, namespace="alpha")
+    try:
+        claimed, written = ns_key(None), ns_key("beta", T0 + MINUTE)
+        assert runs.claim(claimed, "w1", 0, MINUTE) is None
+        runs.write([RunWrite(written, RunState.SUCCEEDED, "w1", MINUTE)])
+        batch = [ns_key(ns, T0 + 2 * MINUTE) for ns in NAMESPACES]
+        runs.write([RunWrite(k, RunState.STARTED, "w1", MINUTE, WriteIf.ALWAYS) for k in batch])
+        runs.write([RunWrite(k, RunState.FAILED, "w1", MINUTE) for k in batch])
+        runs.announce_worker("w1@host", ["celery"])
+        alpha.announce_worker("w1@host", ["alpha-queue"])
+        assert _namespaces(runs.url, "runs") == {
+            claimed.task_id: "",
+            written.task_id: "beta",
+            batch[0].task_id: "",
+            batch[1].task_id: "alpha",
+            batch[2].task_id: "beta",
+        }
+        assert _namespaces(runs.url, "workers") == {"w1@host": ["", "alpha"]}
+        assert runs.states([k.task_id for k in batch]) == {batch[0].task_id: RunState.FAILED}
+    finally:
+        runs.close()
+        alpha.close()
+
+
+def _namespaces(url: str, table: str) -> dict[str, Any]:
+    """``task_id -> namespace`` of the runs, or ``hostname -> [namespaces]`` of the workers."""
+    from sqlalchemy import create_engine, select
+
+    from celery_durable_beat.store.tables import runs, workers
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            if table == "runs":
+                return dict(conn.execute(select(runs.c.task_id, runs.c.namespace)).all())
+            found: dict[str, list[str]] = {}
+            query = select(workers.c.hostname, workers.c.namespace).order_by(workers.c.namespace)
+            for hostname, namespace in conn.execute(query):
+                found.setdefault(hostname, []).append(namespace)
+            return found
+    finally:
+        engine.dispose()
+
+
+class Tracked:
+    """One tracking backend seen from several namespaces, and the audit its beats would write."""
+
+    def __init__(self, kind: str, request: pytest.FixtureRequest) -> None:
+        self.memory = MemoryRuns() if kind == "memory" else None
+        self.url = "" if kind == "memory" else str(request.getfixturevalue(f"{kind}_url"))
+        if self.url:
+            _sql_runs(self.url).close()
+        self.made: list[SqlRunStore | MemoryRuns] = []
+
+    def tracking(self, namespace: str | None) -> SqlRunStore | MemoryRuns:
+        made = (
+            self.memory.in_namespace(namespace)
+            if self.memory is not None
+            else SqlRunStore(self.url, namespace=namespace)
+        )
+        self.made.append(made)
+        return made
+
+    def enqueued(self, namespace: str | None, *ticks: int) -> None:
+        """``enqueued`` records of ``NAME`` in ``namespace``, as its beat's round writes them."""
+        if self.memory is not None:
+            for tick in ticks:
+                view = self.memory.in_namespace(namespace)
+                view.enqueued(NAME, tick, tick_task_id(NAME, tick, namespace))
+            return
+        from sqlalchemy import create_engine
+
+        from celery_durable_beat.ids import name_key
+        from celery_durable_beat.store.tables import audit
+
+        engine = create_engine(self.url)
+        rows = [
+            {
+                "namespace": namespace or "",
+                "schedule": NAME,
+                "schedule_key": name_key(NAME),
+                "tick_ms": tick,
+                "task_id": tick_task_id(NAME, tick, namespace),
+                "trigger": Trigger.AUTO.value,
+                "outcome": Outcome.ENQUEUED.value,
+                "version": 1,
+                "epoch": 1,
+                "recorded_at_ms": T0,
+                "detail": {},
+            }
+            for tick in ticks
+        ]
+        try:
+            with engine.begin() as conn:
+                conn.execute(audit.insert(), rows)
+        finally:
+            engine.dispose()
+
+    def close(self) -> None:
+        for made in self.made:
+            made.close()
+
+
+@pytest.fixture(params=["memory", "sqlite", "pg"])
+def tracked(request: pytest.FixtureRequest) -> Iterator[Tracked]:
+    """Every tracking backend, empty, to be seen from several namespaces."""
+    found = Tracked(request.param, request)
+    yield found
+    found.close()
+
+
+def test_tracking_reads_in_one_namespace_never_see_anothers(tracked: Tracked) -> None:
+    """Beta's beat recorded and its workers ran ticks of ``NAME``; alpha's beat, with the same
+    schedule name and none of its own yet, reads nothing of them (its overlap, failing streaks,
+    unknown tasks, ``require_worker``), and the default namespace neither."""
+    alpha, beta, default = (tracked.tracking(ns) for ns in ("alpha", "beta", None))
+    tracked.enqueued("beta", T0, T0 + MINUTE)
+    beta_ticks = [ns_key("beta", T0), ns_key("beta", T0 + MINUTE), ns_key("beta", T0 + 2 * MINUTE)]
+    default.write([RunWrite(k, RunState.FAILED, "w1", MINUTE) for k in beta_ticks])
+    beta.announce_worker("w1@host", ["beta-queue"])
+    for view in (alpha, default):
+        assert view.previous_tick(NAME, T0 + 3 * MINUTE) is None
+        assert view.recent_states(NAME, None, 10) == []
+        assert view.states([k.task_id for k in beta_ticks]) == {}
+        assert view.get_run(beta_ticks[0].task_id) is None
+        assert view.live_workers(MINUTE) == []
+    # Beta reads them all, written by a worker of the default namespace.
+    prev = beta.previous_tick(NAME, T0 + 3 * MINUTE)
+    assert prev is not None and prev.task_id == beta_ticks[2].task_id  # run, never recorded
+    assert prev.state is RunState.FAILED
+    assert beta.recent_states(NAME, None, 10) == [RunState.FAILED] * 3
+    assert set(beta.states([k.task_id for k in beta_ticks])) == {k.task_id for k in beta_ticks}
+    record = beta.get_run(beta_ticks[0].task_id)
+    assert record is not None and record.namespace == "beta"
+    assert [w.hostname for w in beta.live_workers(MINUTE)] == ["w1@host"]
+    # Alpha's own ticks, same name and instants: it sees only those.
+    tracked.enqueued("alpha", T0)
+    alpha.write([RunWrite(ns_key("alpha", T0), RunState.SUCCEEDED, "w1", MINUTE)])
+    alpha.announce_worker("w1@host", ["alpha-queue"])
+    prev = alpha.previous_tick(NAME, T0 + 3 * MINUTE)
+    assert prev is not None and prev.task_id == ns_key("alpha", T0).task_id
+    assert prev.state is RunState.SUCCEEDED
+    assert alpha.recent_states(NAME, None, 10) == [RunState.SUCCEEDED]
+    assert [w.queues for w in alpha.live_workers(MINUTE)] == [("alpha-queue",)]
+    alpha.forget_worker("w1@host")  # alpha's worker row only
+    assert alpha.live_workers(MINUTE) == []
+    assert [w.queues for w in beta.live_workers(MINUTE)] == [("beta-queue",)]
+    assert beta.recent_states(NAME, None, 10) == [RunState.FAILED] * 3
+
+
+def test_workers_prune_expired_rows_of_every_namespace(tracked: Tracked) -> None:
+    """Only workers prune, and a pool may serve namespaces its own app is not in: a row whose
+    history is gone is pruned whichever namespace it is in; one history still shows is kept."""
+    worker = tracked.tracking(None)
+    tracked.enqueued("alpha", T0)
+    keys = [ns_key(ns, T0) for ns in NAMESPACES]
+    worker.write([RunWrite(k, RunState.SUCCEEDED, "w", 1) for k in keys])
+    wait_until(lambda: all(worker.state(k.task_id) is None for k in keys), 10, "rows to expire")
+    assert worker.prune_runs(100) == 2
+    assert tracked.tracking("alpha").get_run(keys[1].task_id) is not None  # history shows it
+    assert tracked.tracking("beta").get_run(keys[2].task_id) is None
+
+
+def test_the_runs_a_process_uses_are_built_for_its_apps_namespace(
+    sqlite_url: str, redis_url: str
+) -> None:
+    """Beat's gates read, and a worker announces itself and counts, in its app's namespace;
+    the default namespace's when it sets none."""
+    from celery_durable_beat.runs.factory import make_runs, make_tracking
+
+    class App:
+        def __init__(self) -> None:
+            self.conf = {"broker_url": redis_url}
+
+    assert make_tracking(sqlite_url).namespace is None
+    for namespace in (None, "alpha"):
+        made = make_runs(App(), Settings(namespace=namespace), sqlite_url)
+        try:
+            assert isinstance(made.tracking, SqlRunStore) and isinstance(made.claims, RedisClaims)
+            assert made.tracking.namespace == made.claims.namespace == namespace
+        finally:
+            made.close()

@@ -353,3 +353,32 @@ def test_deferred_ends_are_sent_by_the_heartbeat_and_on_close(
     runtime.leave(runtime.enter(other, "w", 0, False), RunState.FAILED, acked=True)
     runtime.close()
     assert claims.state(other.task_id) is RunState.FAILED
+
+
+@pytest.mark.parametrize("apart", [False, True], ids=["claims in tracking", "claims apart"])
+def test_one_runtime_guards_several_namespaces_ticks_each_in_its_own(
+    clock: FakeClock, make: Callable[..., GuardRuntime], apart: bool
+) -> None:
+    """SPEC §16: a worker whose app has no namespace runs alpha's and beta's ticks of one
+    schedule name and instant once each, refuses a duplicate of each, and writes each run where
+    that namespace's beat reads it."""
+    tracking = MemoryRuns(clock)
+    runtime = make(MemoryRuns(clock) if apart else tracking, tracking)
+    keys = [
+        RunKey(tick_task_id("Nightly", T0, ns), "Nightly", T0, Trigger.AUTO.value)
+        for ns in ("alpha", "beta")
+    ]
+    held = [runtime.enter(k, hostname="w", attempt=0, redelivered=False) for k in keys]
+    for k in keys:
+        with pytest.raises(Refused):
+            runtime.enter(k, hostname="w", attempt=0, redelivered=False)
+    for h in held:
+        runtime.leave(h, RunState.SUCCEEDED)
+    runtime.flush()
+    assert runtime.counters == {"claimed": 2, "duplicates_refused": 2}
+    for k, ns, other in ((keys[0], "alpha", "beta"), (keys[1], "beta", "alpha")):
+        record = tracking.in_namespace(ns).get_run(k.task_id)
+        assert record is not None and record.state is RunState.SUCCEEDED
+        assert record.namespace == ns
+        assert tracking.in_namespace(other).get_run(k.task_id) is None
+        assert tracking.get_run(k.task_id) is None  # the worker's own namespace: none of them
