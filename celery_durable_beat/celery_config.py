@@ -5,13 +5,19 @@ values the pure validator understands; ``solar`` and custom schedule classes are
 message that says what to use instead. A ``crontab`` becomes cron fields that keep Celery's
 meaning: both day fields must match (SPEC §5), which no cron string can say when both are
 restricted, so it travels as :class:`~celery_durable_beat.schedules.spec.CronFields`.
+
+Two more things are read here as Celery itself reads them, so a stock-beat user and a
+durable-beat user of one project get the same instants (SPEC §14, §16): the app's zone
+(``zone_in_force``: Celery's ``app.timezone`` rule, Django's ``TIME_ZONE`` included) and the
+app's modules (``load_app_modules``: Celery's ``import_modules`` hook, which sets Django up
+before anything reads a result backend that lives in Django's ORM).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from celery import Signature
@@ -29,6 +35,7 @@ from celery_durable_beat.schedules.validate import (
     validate_entries,
     zone_problem,
 )
+from celery_durable_beat.setting_names import Matched, matched, written_name
 from celery_durable_beat.settings import Settings
 
 _CRONTAB_FIELDS = (
@@ -47,18 +54,79 @@ STOCK_SCHEDULE_FILE = "celerybeat-schedule"
 
 
 def app_defaults(app: Any, settings: Settings) -> EntryDefaults:
-    """The zone and missed policy entries default to: ``app.conf.timezone``; without one, the
-    host's local zone when ``enable_utc`` is off (as stock beat reads crontabs then), else UTC."""
-    return EntryDefaults(tz=app_zone(app), missed=settings.default_missed)
+    """The zone and missed policy entries default to: the app's zone as Celery reads it
+    (``zone_in_force``) and ``durable_beat_default_missed``."""
+    return EntryDefaults(tz=zone_in_force(app).name, missed=settings.default_missed)
 
 
-def app_zone(app: Any) -> str:
-    """The app's zone, as stock beat reads crontabs in it (SPEC §14)."""
-    if app.conf.get("timezone"):
-        return str(app.conf.get("timezone"))
-    if app.conf.get("enable_utc") is False:
-        return host_zone()
-    return "UTC"
+@dataclass(frozen=True)
+class AppZone:
+    """The zone schedules without a ``tz`` of their own are read in, and where it came from.
+
+    ``str()`` is what ``check`` prints after ``zone:``, e.g.
+    ``America/New_York (Django TIME_ZONE)``.
+    """
+
+    name: str
+    source: str
+    """``timezone`` or ``CELERY_TIMEZONE`` (the setting as written), ``Django TIME_ZONE``,
+    ``host zone (enable_utc = False)`` or ``UTC (default)``."""
+    setting: str | None = None
+    """The setting that holds the zone, as written (``TIME_ZONE``); None for the host's zone
+    and the default, which no setting names."""
+    host: bool = False
+    """Read off the host (``enable_utc`` off, no zone set): hosts in other zones differ."""
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.source})"
+
+
+UTC_DEFAULT = AppZone("UTC", "UTC (default)")
+"""No zone set and ``enable_utc`` on (Celery's default): UTC."""
+
+
+def zone_in_force(app: Any) -> AppZone:
+    """The app's zone by Celery's own rule, which stock beat's crontabs are read in.
+
+    Celery's ``Settings.timezone`` is the first of ``timezone`` and ``TIME_ZONE`` that is not
+    None, each read through the app's namespace, so a Django project configured with
+    ``config_from_object("django.conf:settings", namespace="CELERY")`` and no
+    ``CELERY_TIMEZONE`` gets Django's ``TIME_ZONE``; ``app.timezone`` then falls back, when
+    that is empty, to UTC, or to the host's zone with ``enable_utc`` off. Reading
+    ``app.conf.timezone`` alone misses the Django half: "0 9 * * *" was planned at 09:00 UTC
+    while stock beat fired at 09:00 New York.
+    """
+    conf = app.conf
+    key, value = "timezone", conf.get("timezone")
+    if value is None:
+        key, value = "TIME_ZONE", conf.get("TIME_ZONE")
+    if value:
+        found = matched(conf, key)
+        written = found.key if found is not None else key
+        return AppZone(_zone_name(value), _zone_source(found, written), written)
+    if conf.get("enable_utc", True):
+        return UTC_DEFAULT
+    source = f"host zone ({written_name(conf, 'enable_utc')} = False)"
+    return AppZone(host_zone(), source, host=True)
+
+
+def _zone_name(value: Any) -> str:
+    """A zone setting's IANA name: Celery takes a string or a tzinfo (``ZoneInfo``'s ``key``,
+    pytz's ``zone``); anything else is shown as it is and refused by ``timezone_problem``."""
+    for attr in ("key", "zone"):
+        name = getattr(value, attr, None)
+        if isinstance(name, str) and name:
+            return name
+    return str(value)
+
+
+def _zone_source(found: Matched | None, written: str) -> str:
+    """``Django TIME_ZONE`` when the zone is Django's own setting, else the key as written."""
+    holder = getattr(found, "holder", None)
+    owner = type(getattr(holder, "obj", holder)).__module__
+    if written == "TIME_ZONE" and owner.split(".")[0] == "django":
+        return "Django TIME_ZONE"
+    return written
 
 
 def host_zone() -> str:
@@ -67,6 +135,30 @@ def host_zone() -> str:
     import tzlocal
 
     return str(tzlocal.get_localzone_name() or "UTC")
+
+
+_MODULES_LOADED = "_durable_beat_modules_loaded"
+"""Marks a Celery loader whose ``import_default_modules`` ran here (once per app)."""
+
+
+def load_app_modules(app: Any) -> None:
+    """Send Celery's ``import_modules`` and import the app's modules, as ``celery beat`` and
+    ``celery worker`` do at start (``loader.init_worker``), and ``celery shell`` and ``report``.
+
+    Why: on a Django project, Celery's Django fixup answers that signal with ``django.setup()``
+    (``DjangoFixup.on_import_modules``). Without it, the first read of ``app.backend`` for
+    django-celery-results' ``django-db`` imports Django models before the app registry is
+    ready and fails with ``AppRegistryNotReady``: every CLI verb did. Called before the
+    result backend is read outside beat and the worker (``default_entries``, manual runs,
+    the CLI); skipped where the loader's worker init already ran it, and done once per app.
+    """
+    loader = getattr(app, "loader", None)
+    if loader is None or getattr(loader, "worker_initialized", False):
+        return
+    if getattr(loader, _MODULES_LOADED, False):
+        return
+    loader.import_default_modules()
+    setattr(loader, _MODULES_LOADED, True)
 
 
 def cron_deadline(app: Any) -> float | None:
@@ -93,12 +185,14 @@ def definitions_from_app(app: Any, settings: Settings) -> list[Definition]:
     """Validate ``app.conf.beat_schedule``; one ConfigError lists every problem."""
     raw = app.conf.beat_schedule or {}
     if not isinstance(raw, Mapping):
-        problem = f"beat_schedule is not a dict but a {type(raw).__name__}; give name -> entry"
-        raise ConfigError([SettingProblem("settings", "beat_schedule", problem)])
+        name = written_name(app.conf, "beat_schedule")
+        problem = f"{name} is not a dict but a {type(raw).__name__}; give name -> entry"
+        raise ConfigError([SettingProblem("settings", name, problem)])
     translated: dict[str, Any] = {}
-    defaults = app_defaults(app, settings)
+    in_force = zone_in_force(app)
+    defaults = EntryDefaults(tz=in_force.name, missed=settings.default_missed)
     problems: list[ConfigProblem] = []
-    zone = timezone_problem(defaults.tz)
+    zone = timezone_problem(in_force)
     if zone is not None:  # said once, as the setting, not against every entry inheriting it
         problems.append(zone)
         defaults = replace(defaults, tz="UTC")
@@ -128,6 +222,7 @@ def default_entries(app: Any, beat_schedule: Mapping[Any, Any]) -> dict[str, Any
     names = {name_key(name) for name in beat_schedule if isinstance(name, str)}
     if name_key(BACKEND_CLEANUP) in names or not app.conf.result_expires:
         return {}
+    load_app_modules(app)  # a backend in Django's ORM needs Django set up first
     backend = app.backend
     if backend.supports_autoexpire or isinstance(backend, DisabledBackend):
         return {}
@@ -141,12 +236,14 @@ def default_entries(app: Any, beat_schedule: Mapping[Any, Any]) -> dict[str, Any
     }
 
 
-def timezone_problem(zone: str) -> SettingProblem | None:
-    """Why ``app.conf.timezone`` is unusable as the entries' default zone, or None."""
-    problem = zone_problem(zone)
+def timezone_problem(zone: AppZone) -> SettingProblem | None:
+    """Why the app's zone is unusable as the entries' default zone, or None; named as the
+    setting that holds it was written (``CELERY_TIMEZONE``, ``TIME_ZONE``)."""
+    problem = zone_problem(zone.name)
     if problem is None:
         return None
-    return SettingProblem("settings", "timezone", f"timezone {problem.removeprefix('tz ')}")
+    setting = zone.setting or "timezone"
+    return SettingProblem("settings", setting, f"{setting} {problem.removeprefix('tz ')}")
 
 
 def stable_name(name: Any, entry: Any) -> Any:

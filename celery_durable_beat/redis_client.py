@@ -97,9 +97,13 @@ def is_redis_url(url: str) -> bool:
     return scheme_of(url) in SCHEMES
 
 
-def problem(url: str, options: Mapping[str, Any] | None) -> str | None:
+def problem(
+    url: str, options: Mapping[str, Any] | None, options_setting: str = SETTING_OPTIONS
+) -> str | None:
     """What is wrong with a lease URL and its transport options, as the fix to make; None when
-    ``connect`` can build a client of them. Never echoes a password."""
+    ``connect`` can build a client of them. Never echoes a password. ``options_setting``: the
+    transport options' name as the user writes it (``CELERY_DURABLE_BEAT_LEASE_TRANSPORT_OPTIONS``
+    in Django settings), for the fix it names."""
     scheme = scheme_of(url)
     if scheme not in SCHEMES:
         return (
@@ -116,7 +120,7 @@ def problem(url: str, options: Mapping[str, Any] | None) -> str | None:
     if scheme == "sentinel" and SentinelOptions.pick(options) is None:
         return (
             f"a sentinel URL needs the name of the master the sentinels monitor: set "
-            f'{SETTING_OPTIONS} = {{"master_name": "mymaster"}} (the name in sentinel.conf)'
+            f'{options_setting} = {{"master_name": "mymaster"}} (the name in sentinel.conf)'
         )
     return None
 

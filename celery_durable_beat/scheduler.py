@@ -104,11 +104,12 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._warn_schedule_file()
         lease_url = self.settings.lease_url
         log.info(
-            "durable beat ready: store %s, lease %s, as %s",
+            "durable beat ready: store %s, lease %s, as %s, %s",
             redact_url(loop.store.url),
             redact_url(lease_url) if lease_url else "in the store",
             getattr(self.lease, "holder", "sole"),
-            extra=log_extra(Action.BEAT_STARTED),
+            _namespace_words(self.settings.namespace),
+            extra=log_extra(Action.BEAT_STARTED, namespace=self.settings.namespace),
         )
 
     def _warn_schedule_file(self) -> None:
@@ -118,8 +119,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         if chosen and str(chosen) != STOCK_SCHEDULE_FILE:
             log.warning(
                 "-s/--schedule %s (beat_schedule_filename) is ignored: durable beat keeps its "
-                "schedules in durable_beat_url (%s); remove -s",
+                "schedules in %s (%s); remove -s",
                 chosen,
+                self.settings.names.of("url"),
                 redact_url(self.settings.url),
                 extra=log_extra(Action.BEAT_STARTED),
             )
@@ -160,7 +162,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         lease = redact_url(self.settings.lease_url) if self.settings.lease_url else "store"
         return (
             f"    . store -> {redact_url(self.settings.url)}\n"
-            f"    . lease -> {lease} (ttl {self.settings.lease_ttl:g}s)"
+            f"    . lease -> {lease} (ttl {self.settings.lease_ttl:g}s)\n"
+            f"    . namespace -> {self.settings.namespace or 'default'}"
         )
 
     def _install_signal_handlers(self) -> None:
@@ -189,3 +192,8 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         except SchemaOutdated as exc:  # upgraded under a running beat: the round said why
             self.close()
             _refuse(exc, logged=True)
+
+
+def _namespace_words(namespace: str | None) -> str:
+    """The namespace a beat leads in, for its start line (SPEC §16)."""
+    return "the default namespace" if namespace is None else f"namespace {namespace}"

@@ -3,6 +3,11 @@
 A wrong value fails at start with the setting's name, not later in a round.
 ``DURABLE_BEAT_URL`` in the environment wins over ``durable_beat_url``.
 
+Read through Celery's own lookup (``conf.get``), so under the app's namespace a setting is
+written ``CELERY_DURABLE_BEAT_URL`` (a Django project), and named as the user wrote it in every
+message (SPEC §16): ``read_conf`` returns the values with their ``SettingNames``
+(``setting_names``), which ``Settings.named`` checks them under and keeps as ``names``.
+
 Two readers, one meaning. Every value already of its field's plain type and within its bounds
 (nearly every config) is taken here as it is; anything else (a string for a number, a value out
 of range, an unknown key, a token spec to check) goes through the pydantic model built from
@@ -20,15 +25,39 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
-from celery_durable_beat.ids import NAMESPACE_PATTERN
 from celery_durable_beat.model import MissedPolicy
 from celery_durable_beat.redact import DEFAULT_KEYS
-from celery_durable_beat.redis_client import SETTING_OPTIONS, SETTING_URL, TRANSPORT_KEYS
 from celery_durable_beat.redis_client import problem as lease_problem
+from celery_durable_beat.setting_names import PLAIN, SettingNames
+from celery_durable_beat.setting_values import (
+    ACTOR_NAME_PATTERN,
+    Role,
+    TokenSpec,
+    known_transport_keys,
+    namespace_name,
+    positive_seconds,
+    redelivery_count,
+)
 from celery_durable_beat.urls import redact_url
+
+__all__ = [  # the settings' values (setting_values) are re-exported: importable from here
+    "ACTOR_NAME_PATTERN",
+    "DEFAULTS",
+    "DEFAULT_REDACT",
+    "DEFAULT_URL",
+    "PREFIX",
+    "SETTING_NAMES",
+    "TOKENS_ENV",
+    "URL_ENV",
+    "Role",
+    "SettingNames",
+    "Settings",
+    "TokenSpec",
+    "read_conf",
+]
 
 DEFAULT_URL = "sqlite:///celerybeat-durable.sqlite3"
 URL_ENV = "DURABLE_BEAT_URL"
@@ -36,82 +65,8 @@ TOKENS_ENV = "DURABLE_BEAT_API_TOKENS"
 PREFIX = "durable_beat_"
 DEFAULT_REDACT = DEFAULT_KEYS
 """SPEC §2's default for ``durable_beat_redact`` (defined once, in the pure ``redact`` module)."""
-ACTOR_NAME_PATTERN = r"^[^\x00-\x1f\x7f]+$"
-"""A token's name: printable, for it is written in the action log (1 to 64 characters)."""
-
-
 E = TypeVar("E", bound=Enum)
-
-
-class Role(str, Enum):
-    """What an API token may do; each role may do everything the ones before it may (§9)."""
-
-    VIEWER = "viewer"
-    OPERATOR = "operator"
-    ADMIN = "admin"
-
-    @property
-    def rank(self) -> int:
-        return list(Role).index(self)
-
-
 _URL_FIELDS = ("url", "lease_url")
-
-
-@dataclass(frozen=True)
-class TokenSpec:
-    """A token's role and the name its actions are recorded under (SPEC §15):
-    ``{"role": "operator", "name": "alice"}``. A bare role string is named
-    ``<role>-<first 6 hex of the token's SHA-256>`` instead (``web/auth.py``)."""
-
-    role: Role
-    name: str
-
-
-def positive_seconds(value: Any) -> Any:
-    """``redeliver_after``, before its type: a zero, negative or non-numeric delay would
-    redeliver at once or never, so it is refused with what to write instead."""
-    if value is None:
-        return value
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(
-            "must be a number of seconds greater than 0 (e.g. 60); leave it unset to turn "
-            "redelivery off"
-        )
-    return float(value)
-
-
-def redelivery_count(value: Any) -> Any:
-    """``redeliver_max``, before its type."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(
-            "must be a whole number of redeliveries, 0 or more (default 3; 0 never sends a "
-            "tick again)"
-        )
-    return value
-
-
-def namespace_name(value: Any) -> Any:
-    """``namespace``, before its type: it becomes part of task ids, Redis keys and store rows,
-    so it is refused unless it is 1 to 40 of ``[a-z0-9_-]`` (SPEC §2)."""
-    if value is None:
-        return value
-    if not isinstance(value, str) or re.fullmatch(NAMESPACE_PATTERN, value) is None:
-        raise ValueError(
-            "must be 1 to 40 characters of a-z, 0-9, _ and - (e.g. 'billing'); leave it unset "
-            "for the default namespace"
-        )
-    return value
-
-
-def known_transport_keys(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``lease_transport_options``, after its type: a misspelt key would leave a sentinel lease
-    without its master name or password and fail later, far from the cause: refused here,
-    naming the keys read."""
-    unknown = sorted(set(value or {}) - set(TRANSPORT_KEYS))
-    if unknown:
-        raise ValueError(f"unknown keys {unknown}; the lease reads {', '.join(TRANSPORT_KEYS)}")
-    return value
 
 
 def _meta(
@@ -191,31 +146,22 @@ class Settings:
     in (SPEC §16), so several apps share one store and one Redis; unset: the default namespace,
     whose ids, keys and rows are exactly those of releases before namespaces."""
 
+    _names: ClassVar[SettingNames] = PLAIN
+    """How messages name each setting; ``named`` sets it per instance (not a field: never
+    compared, never shown)."""
+
     def __post_init__(self) -> None:
         given = {name: getattr(self, name) for name in SETTING_NAMES}
-        taken = _take_plain(given)
-        if taken is None:  # not plain as given: pydantic converts it or words the refusal
-            from celery_durable_beat.settings_model import validated
-
-            taken = validated(given)
-        for name, value in taken.items():
+        for name, value in _checked(given, self._names).items():
             if value is not given[name]:
                 object.__setattr__(self, name, value)
-        self._check_redelivery()
 
-    def _check_redelivery(self) -> None:
-        """A tick is watched for redelivery at most ``dedup_ttl`` after its first publish (the
-        guard forgets a claim then): a delay as long would never redeliver anything."""
-        after = self.redeliver_after
-        if after is None or after < self.dedup_ttl:
-            return
-        name = f"{PREFIX}redeliver_after"
-        problem = (
-            f"{name} = {after:g} must be shorter than {PREFIX}dedup_ttl ({self.dedup_ttl:g} s): "
-            "ticks are watched for redelivery only while the workers' guard remembers their "
-            "claims; lower it (minutes are usual) or raise durable_beat_dedup_ttl"
-        )
-        raise ConfigError([SettingProblem(entry="settings", field=name, problem=problem)])
+    @property
+    def names(self) -> SettingNames:
+        """Each setting's name as the user wrote it (``CELERY_DURABLE_BEAT_LEASE_TTL`` in Django
+        settings), for every message that names one; ``durable_beat_<field>`` when built with
+        keywords."""
+        return self._names
 
     def __repr__(self) -> str:
         """The URLs with their passwords hidden: a Settings printed in a log, a traceback or a
@@ -231,18 +177,22 @@ class Settings:
 
     @classmethod
     def from_conf(cls, conf: Any, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read from a Celery ``app.conf`` (or any mapping with ``get``)."""
-        env = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name in SETTING_NAMES:
-            value = conf.get(PREFIX + name)
-            if value is not None:
-                values[name] = value
-        if env.get(URL_ENV):
-            values["url"] = env[URL_ENV]
-        if env.get(TOKENS_ENV):
-            values["api_tokens"] = _tokens_from_env(env[TOKENS_ENV])
-        settings = cls(**values)
+        """Read from a Celery ``app.conf`` (or any mapping with ``get``), each setting through
+        Celery's own lookup, so ``CELERY_DURABLE_BEAT_URL`` counts under the ``CELERY``
+        namespace; a bad value is reported under the name it was written as."""
+        values, names = read_conf(conf, environ)
+        return cls.named(values, names)
+
+    @classmethod
+    def named(cls, values: Mapping[str, Any], names: SettingNames) -> Settings:
+        """Settings of ``values`` (field → value, the rest at their defaults) whose messages
+        name each setting as ``names`` says; ``ConfigError`` in those names.
+
+        Checked under those names before it is built: ``__post_init__`` then takes every value
+        as it is (plain, within bounds) and has nothing left to refuse in the docs' spelling.
+        """
+        settings = cls(**_checked({**DEFAULTS, **values}, names))
+        object.__setattr__(settings, "_names", names)
         settings.check_lease()
         return settings
 
@@ -251,17 +201,19 @@ class Settings:
         URL without its master's name: a process must not start and fail in every round."""
         if not self.lease_url:
             return
-        found = lease_problem(self.lease_url, self.lease_transport_options)
+        url_name = self.names.of("lease_url")
+        options_name = self.names.of("lease_transport_options")
+        found = lease_problem(self.lease_url, self.lease_transport_options, options_name)
         if found is None:
             return
-        field_name = SETTING_OPTIONS if "master_name" in found else SETTING_URL
+        field_name = options_name if "master_name" in found else url_name
         shown = redact_url(self.lease_url)
         raise ConfigError(
             [
                 SettingProblem(
                     entry="settings",
                     field=field_name,
-                    problem=f"{SETTING_URL} = {shown}: {found}",
+                    problem=f"{url_name} = {shown}: {found}",
                 )
             ]
         )
@@ -269,6 +221,57 @@ class Settings:
 
 SETTING_NAMES: tuple[str, ...] = tuple(spec.name for spec in fields(Settings))
 """Every setting's name without its ``durable_beat_`` prefix, in declaration order."""
+DEFAULTS: dict[str, Any] = {spec.name: spec.default for spec in fields(Settings)}
+
+
+def read_conf(
+    conf: Any, environ: Mapping[str, str] | None = None
+) -> tuple[dict[str, Any], SettingNames]:
+    """Every setting ``conf`` holds (field → value; unset ones left out) with the environment's
+    overrides (``DURABLE_BEAT_URL``, ``DURABLE_BEAT_API_TOKENS``), and how each is named.
+
+    Each value is read with ``conf.get``, Celery's own lookup (the namespaced key first), and
+    named after the key that lookup matched (``setting_names``).
+    """
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name in SETTING_NAMES:
+        value = conf.get(PREFIX + name)
+        if value is not None:
+            values[name] = value
+    overrides: dict[str, str] = {}
+    if env.get(URL_ENV):
+        values["url"], overrides["url"] = env[URL_ENV], URL_ENV
+    if env.get(TOKENS_ENV):
+        values["api_tokens"] = _tokens_from_env(env[TOKENS_ENV])
+        overrides["api_tokens"] = TOKENS_ENV
+    return values, SettingNames.of_conf(conf, SETTING_NAMES, PREFIX, overrides)
+
+
+def _checked(given: Mapping[str, Any], names: SettingNames) -> dict[str, Any]:
+    """Every value converted (plain, else by the pydantic model) and checked together, or
+    ``ConfigError`` naming each bad setting as ``names`` says."""
+    taken = _take_plain(given)
+    if taken is None:  # not plain as given: pydantic converts it or words the refusal
+        from celery_durable_beat.settings_model import validated
+
+        taken = validated(given, names)
+    _check_redelivery(taken["redeliver_after"], taken["dedup_ttl"], names)
+    return taken
+
+
+def _check_redelivery(after: float | None, dedup_ttl: float, names: SettingNames) -> None:
+    """A tick is watched for redelivery at most ``dedup_ttl`` after its first publish (the
+    guard forgets a claim then): a delay as long would never redeliver anything."""
+    if after is None or after < dedup_ttl:
+        return
+    name, ttl_name = names.of("redeliver_after"), names.of("dedup_ttl")
+    problem = (
+        f"{name} = {after:g} must be shorter than {ttl_name} ({dedup_ttl:g} s): ticks are "
+        "watched for redelivery only while the workers' guard remembers their claims; lower "
+        f"it (minutes are usual) or raise {ttl_name}"
+    )
+    raise ConfigError([SettingProblem(entry="settings", field=name, problem=problem)])
 
 
 def _tokens_from_env(text: str) -> dict[str, str] | str:

@@ -19,9 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.redact import DEFAULT_KEYS, redact
+from celery_durable_beat.setting_names import PLAIN, SettingNames
 from celery_durable_beat.settings import (
     ACTOR_NAME_PATTERN,
-    PREFIX,
     TOKENS_ENV,
     Role,
     Settings,
@@ -72,8 +72,9 @@ def settings_model() -> type[BaseModel]:
     )
 
 
-def validated(given: Mapping[str, Any]) -> dict[str, Any]:
-    """Every setting converted as pydantic converts it; ``ConfigError`` naming each bad one."""
+def validated(given: Mapping[str, Any], names: SettingNames = PLAIN) -> dict[str, Any]:
+    """Every setting converted as pydantic converts it; ``ConfigError`` naming each bad one as
+    ``names`` says (as the user wrote it, ``CELERY_DURABLE_BEAT_LEASE_TTL``)."""
     values = dict(given)
     tokens = values.get("api_tokens")
     if isinstance(tokens, dict):  # a TokenSpec already made: checked again as its mapping
@@ -84,7 +85,9 @@ def validated(given: Mapping[str, Any]) -> dict[str, Any]:
     try:
         model = settings_model()(**values)
     except ValidationError as exc:
-        raise ConfigError([_problem(err) for err in exc.errors()]) from None
+        # one line per setting and problem: a union's branches each report the same one
+        problems = dict.fromkeys(_problem(err, names) for err in exc.errors())
+        raise ConfigError(list(problems)) from None
     taken = {name: getattr(model, name) for name in given}
     if taken["api_tokens"] is not None:
         taken["api_tokens"] = {
@@ -94,26 +97,34 @@ def validated(given: Mapping[str, Any]) -> dict[str, Any]:
     return taken
 
 
-def _problem(error: Any) -> SettingProblem:
-    """One line naming the setting, its value (a URL without its password) and what is wrong."""
+def _problem(error: Any, names: SettingNames) -> SettingProblem:
+    """One line naming the setting as written, its value (a URL without its password) and what
+    is wrong."""
     name = str(error["loc"][0]) if error["loc"] else ""
-    setting = PREFIX + name if name else "durable_beat settings"
+    setting = names.of(name) if name else "durable_beat settings"
     value = error.get("input")
     if name == "api_tokens":
-        message = (
-            "must map each token to viewer, operator or admin, or to "
-            '{"role": "operator", "name": "alice"} (a name of 1 to 64 printable characters) '
-            f"({TOKENS_ENV} reads role:token,role:token)"
-        )
-        return SettingProblem(
-            entry="settings",
-            field=setting,
-            problem=f"{setting} (tokens not shown): {message}",  # a token never reaches a log
-        )
+        return _tokens_problem(setting)
     if name.endswith("url") and isinstance(value, str):
         shown = redact_url(value)
     else:  # transport options may hold a sentinel password
         shown = repr(redact(value, DEFAULT_KEYS))
     return SettingProblem(
         entry="settings", field=setting, problem=f"{setting} = {shown}: {error['msg']}"
+    )
+
+
+def _tokens_problem(setting: str) -> SettingProblem:
+    """Bad API tokens, named as written and never shown (a token must not reach a log): the
+    environment variable's form when they came from there, the mapping's otherwise."""
+    if setting == TOKENS_ENV:
+        message = "must read role:token,role:token, each role viewer, operator or admin"
+    else:
+        message = (
+            "must map each token to viewer, operator or admin, or to "
+            '{"role": "operator", "name": "alice"} (a name of 1 to 64 printable characters) '
+            f"({TOKENS_ENV} reads role:token,role:token)"
+        )
+    return SettingProblem(
+        entry="settings", field=setting, problem=f"{setting} (tokens not shown): {message}"
     )

@@ -84,13 +84,15 @@ def make_observer(settings: Settings, store: Store, clock: Clock) -> RoundObserv
     except ImportError as exc:
         if not (exc.name or "").startswith("prometheus_client"):
             raise
-        raise _missing_metrics_client(settings.metrics_port) from None
+        raise _missing_metrics_client(
+            settings.metrics_port, settings.names.of("metrics_port")
+        ) from None
     return BeatMetrics(SpecRegistry(), store=store, clock=clock, port=settings.metrics_port)
 
 
-def _missing_metrics_client(port: int) -> ConfigError:
-    """Spelt here, not in ``metrics.py``: that module cannot be imported without the client."""
-    setting = "durable_beat_metrics_port"
+def _missing_metrics_client(port: int, setting: str) -> ConfigError:
+    """Spelt here, not in ``metrics.py``: that module cannot be imported without the client.
+    ``setting``: the port's setting as the user wrote it."""
     return ConfigError(
         [
             SettingProblem(
@@ -109,13 +111,14 @@ def _refuse_unwritable_store(settings: Settings) -> None:
 
     problem = sqlite_write_problem(settings.url)
     if problem is not None:
+        name = settings.names.of("url")
         raise ConfigError(
             [
                 SettingProblem(
                     "settings",
-                    "durable_beat_url",
-                    f"durable_beat_url: the SQLite store cannot be written: {problem}; set "
-                    "durable_beat_url to a writable file (sqlite:////var/lib/celery/beat.sqlite3) "
+                    name,
+                    f"{name}: the SQLite store cannot be written: {problem}; set "
+                    f"{name} to a writable file (sqlite:////var/lib/celery/beat.sqlite3) "
                     "or a PostgreSQL URL",
                 )
             ]

@@ -122,7 +122,9 @@ def control(ctx: click.Context) -> DurableBeat:
 
     An invalid config does not stop an operator from reading the store (that is when they need
     it most): the verb answers, with every invalid setting at its default, after a warning on
-    stderr naming what beat would refuse.
+    stderr naming what beat would refuse. ``check_config`` first loads the app's modules as
+    ``celery beat`` does (on a Django project: ``django.setup()``), so a ``django-db`` result
+    backend can be read by every verb.
     """
     beat = ctx.meta.get("durable_beat")
     if beat is None:
@@ -382,14 +384,18 @@ def status(ctx: click.Context, as_json: bool) -> None:
 def check(ctx: click.Context, as_json: bool) -> None:
     """Validate beat_schedule and the durable_beat_* settings as beat would, without the store.
 
-    Exit 2 with every problem on stderr, or print ``N schedules OK``: run it in CI and before a
-    deploy rolls out a config change.
+    Exit 2 with every problem on stderr, or print ``N schedules OK`` and the zone schedules
+    without their own tz are read in, with its source (``zone: America/New_York (Django
+    TIME_ZONE)``): run it in CI and before a deploy rolls out a config change.
     """
     checked = check_config(ctx.obj.app)
     if as_json:
         emit_json(checked.to_json())
     elif checked.ok:
         click.echo(f"{checked.schedules} schedules OK")
+        click.echo(f"zone: {checked.zone}")
+        if checked.settings.namespace is not None:  # SPEC §16: whose schedules these are
+            click.echo(f"namespace: {checked.settings.namespace}")
     else:  # the form beat logs when it refuses: the count, then one problem a line
         click.echo(f"beat would refuse to start: {checked.error()}", err=True)
     for advice in [] if as_json else checked.recommendations:

@@ -248,9 +248,11 @@ def state_line(verb: str, view: views.ScheduleView) -> str:
 
 def status_lines(status: views.StatusView) -> list[str]:
     counts = ", ".join(f"{state} {count}" for state, count in status.counts.items())
+    shown = [("namespace", status.namespace)] if status.namespace is not None else []
     return table(
         None,
         [
+            *shown,
             ("leader", _leader(status)),
             ("fencing epoch", status.epoch),
             ("schedules", counts),

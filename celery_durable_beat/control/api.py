@@ -361,6 +361,7 @@ class DurableBeat:
             now_ms=now,
             lease_expires_at_ms=expires,
             workers=self._live_workers(store),
+            namespace=store.namespace,
         )
 
     def _live_workers(self, store: ControlStore) -> tuple[WorkerView, ...]:

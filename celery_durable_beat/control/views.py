@@ -360,8 +360,9 @@ class WorkerView:
 
 @dataclass(frozen=True)
 class StatusView:
-    """Leadership, load and live workers. ``leader`` is None when nobody holds an unexpired
-    lease; ``workers`` are those seen within ``durable_beat_worker_ttl``, by hostname."""
+    """Leadership, load and live workers of the app's namespace (``namespace``, None: the
+    default). ``leader`` is None when nobody holds an unexpired lease; ``workers`` are those
+    seen within ``durable_beat_worker_ttl``, by hostname."""
 
     leader: str | None
     epoch: int
@@ -371,9 +372,11 @@ class StatusView:
     now_ms: int = field(compare=False)
     lease_expires_at_ms: int | None = field(compare=False)
     workers: tuple[WorkerView, ...] = ()
+    namespace: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "namespace": self.namespace,
             "leader": self.leader,
             "epoch": self.epoch,
             "lease_expires_at": self.lease_expires_at,

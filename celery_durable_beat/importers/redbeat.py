@@ -8,8 +8,9 @@ URL (it is taken off before connecting).
 
 Both are read: the sorted set's members and every hash under the prefix, so an entry missing
 from either is still found; a member whose hash is gone (evicted) is an unreadable entry.
-A RedBeat crontab carries no zone of its own: RedBeat reads it in the app's ``timezone``, and
-so does the imported entry (no ``tz`` given: the app's zone is the default).
+A RedBeat crontab carries no zone of its own: RedBeat reads it in the app's zone (Celery's
+``app.timezone``: ``timezone``, on a Django project its ``TIME_ZONE``), and so does the imported
+entry (no ``tz`` given: the app's zone, read by the same rule, is the default).
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 Each item is a date (``"2026-12-25"`` or a ``datetime.date``) or a range ``{"from": ..., "to":
 ...}`` of dates, both ends included. Dates are read on the wall clock of the schedule's zone: a
-cron's own zone, an interval's the app's zone (``app.conf.timezone``, else UTC). An ``@at``
-schedule takes none (its one instant is already chosen). Problems are returned as ``(field,
-problem)`` pairs for the validator's collector, each naming the item and how to fix it.
+cron's own zone, an interval's the app's zone as Celery reads it (``timezone``, on a Django
+project its ``TIME_ZONE``; ``celery_config.zone_in_force``). An ``@at`` schedule takes none
+(its one instant is already chosen). Problems are returned as ``(field, problem)`` pairs for
+the validator's collector, each naming the item and how to fix it.
 """
 
 from __future__ import annotations

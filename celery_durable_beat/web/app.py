@@ -53,7 +53,9 @@ def create_app(
         redoc_url=None,
     )
     app.state.beat = beat
-    app.state.tokens = Tokens(tokens if tokens is not None else settings.api_tokens)
+    app.state.tokens = Tokens(
+        tokens if tokens is not None else settings.api_tokens, settings.names.of("api_tokens")
+    )
     app.state.flower_url = flower_url if flower_url is not None else settings.flower_url
     app.state.sessions = Sessions()
     app.state.throttle = SignInThrottle()

@@ -28,12 +28,17 @@ class BadTokens(ValueError):
     """The configured tokens would leave ``serve`` open or guessable: it refuses to start."""
 
 
+SETTING = "durable_beat_api_tokens"
+"""The tokens' setting in the docs' spelling; messages name it as the user wrote it."""
+
+
 class NoTokens(BadTokens):
     """``serve`` was asked to start with no token: it would be an open door."""
 
-    def __init__(self) -> None:
+    def __init__(self, setting: str = SETTING) -> None:
+        setting = SETTING if setting == TOKENS_ENV else setting  # the config's name, below
         super().__init__(
-            "serve needs at least one API token: set durable_beat_api_tokens = "
+            f"serve needs at least one API token: set {setting} = "
             '{"<token>": "viewer|operator|admin"} in the Celery config, or '
             f"{TOKENS_ENV}=admin:<token>,viewer:<token> in the environment"
         )
@@ -42,9 +47,10 @@ class NoTokens(BadTokens):
 class ShortToken(BadTokens):
     """A configured token is short enough to guess; the message names its role, not it."""
 
-    def __init__(self, role: Role, length: int) -> None:
+    def __init__(self, role: Role, length: int, setting: str = SETTING) -> None:
+        where = setting if setting == TOKENS_ENV else f"{setting} (or {TOKENS_ENV})"
         super().__init__(
-            f"durable_beat_api_tokens (or {TOKENS_ENV}): a {role.value} token has {length} "
+            f"{where}: a {role.value} token has {length} "
             f"characters; each token needs at least {MIN_TOKEN}, e.g. from "
             "python -c 'import secrets; print(secrets.token_urlsafe(24))'"
         )
@@ -78,13 +84,16 @@ def _caller(token: str, value: Role | TokenSpec | str | Mapping[str, str]) -> Ca
 class Tokens:
     """The configured tokens; ``identify`` answers who a presented token is (role and name)."""
 
-    def __init__(self, tokens: Mapping[str, Role | TokenSpec] | None) -> None:
+    def __init__(
+        self, tokens: Mapping[str, Role | TokenSpec] | None, setting: str = SETTING
+    ) -> None:
+        """``setting``: the tokens' setting as the user wrote it, for the refusals."""
         if not tokens:
-            raise NoTokens()
+            raise NoTokens(setting)
         callers = {token: _caller(token, value) for token, value in tokens.items()}
         for token, caller in callers.items():
             if len(token) < MIN_TOKEN:
-                raise ShortToken(caller.role, len(token))
+                raise ShortToken(caller.role, len(token), setting)
         self._tokens = tuple((token.encode(), caller) for token, caller in callers.items())
 
     def identify(self, presented: str | None) -> Caller | None:

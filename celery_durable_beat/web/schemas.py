@@ -189,6 +189,7 @@ class WorkerOut(BaseModel):
 
 
 class StatusOut(BaseModel):
+    namespace: str | None
     leader: str | None
     epoch: int
     lease_expires_at: str | None

@@ -363,6 +363,7 @@ def test_history_pages_are_disjoint_newest_first(pg_project: Project) -> None:
 def test_status_and_migrate(pg_project: Project) -> None:
     pg_project.sync_config()
     assert pg_project.ok_json("status") == {
+        "namespace": None,
         "leader": None,
         "epoch": 1,
         "lease_expires_at": None,

@@ -27,7 +27,11 @@ def test_check_validates_without_the_store(tmp_path: Path) -> None:
     good = {"nightly": {"task": "proj.digest", "schedule": "0 3 * * *"}}
     project = Project(tmp_path, write_project(tmp_path, UNREACHABLE, beat_schedule=good), None)  # type: ignore[arg-type]
     done = project.cli_process("check")  # a process of its own: nothing else on stderr
-    assert (done.returncode, done.stdout.strip(), done.stderr) == (0, "1 schedules OK", "")
+    assert (done.returncode, done.stdout, done.stderr) == (
+        0,
+        "1 schedules OK\nzone: Europe/Berlin (timezone)\n",  # write_project's app zone
+        "",
+    )
     bad = {
         "nightly": {"task": "proj.digest", "schedule": "0 3 * * *", "tz": "Bogota"},
         "pulse": {"task": "proj.pulse", "schedule": "@every 1s", "missed": "sometimes"},

@@ -106,7 +106,8 @@ def test_s_schedule_file_is_ignored_with_one_warning_naming_the_store(
     rig = make_rig(schedule=ENTRIES)
     shelf = tmp_path / "celerybeat-schedule-of-the-unit"
     beat = rig.celery([*BEAT_ARGS, "-s", str(shelf)], "beat")
-    line = beat.wait_for("is ignored: durable beat keeps its schedules in durable_beat_url", 60)
+    # the rig gives the store as DURABLE_BEAT_URL: the store's setting is named as given
+    line = beat.wait_for("is ignored: durable beat keeps its schedules in DURABLE_BEAT_URL", 60)
     assert f"-s/--schedule {shelf} (beat_schedule_filename)" in line
     beat.wait_for("leadership gained", 60)
     assert beat.output().count("is ignored: durable beat keeps") == 1

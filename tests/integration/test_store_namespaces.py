@@ -245,8 +245,7 @@ def test_the_idle_round_is_one_probe_of_the_namespace_due_index(pg_url: str) -> 
             with engine.connect() as conn:
                 conn.exec_driver_sql("ANALYZE durable_beat_schedules")
                 for sql in (
-                    "SELECT min(next_due_ms) FROM durable_beat_schedules "
-                    "WHERE namespace = 'alpha'",
+                    "SELECT min(next_due_ms) FROM durable_beat_schedules WHERE namespace = 'alpha'",
                     "SELECT id FROM durable_beat_schedules WHERE namespace = 'alpha' "
                     "AND next_due_ms <= 9999999999999 ORDER BY next_due_ms LIMIT 500",
                 ):

@@ -406,6 +406,7 @@ def test_status(beat: DurableBeat, store: Store) -> None:
     beat.pause("other")
     status = beat.status()
     assert status.to_json() == {
+        "namespace": None,
         "leader": None,
         "epoch": 1,
         "lease_expires_at": None,

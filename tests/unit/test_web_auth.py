@@ -157,20 +157,22 @@ def test_settings_read_tokens_from_config_and_the_environment_wins() -> None:
 
 
 @pytest.mark.parametrize(
-    ("conf", "env"),
+    ("conf", "env", "named"),
     [
-        ({"durable_beat_api_tokens": {"s3cr3t-value": "boss"}}, {}),
-        ({}, {"DURABLE_BEAT_API_TOKENS": "s3cr3t-value"}),
-        ({}, {"DURABLE_BEAT_API_TOKENS": "chief:s3cr3t-value"}),
+        ({"durable_beat_api_tokens": {"s3cr3t-value": "boss"}}, {}, "durable_beat_api_tokens"),
+        ({}, {"DURABLE_BEAT_API_TOKENS": "s3cr3t-value"}, "DURABLE_BEAT_API_TOKENS"),
+        ({}, {"DURABLE_BEAT_API_TOKENS": "chief:s3cr3t-value"}, "DURABLE_BEAT_API_TOKENS"),
     ],
 )
 def test_a_bad_token_setting_is_named_without_showing_a_token(
-    conf: dict[str, object], env: dict[str, str]
+    conf: dict[str, object], env: dict[str, str], named: str
 ) -> None:
+    """Named where the value came from: the config's setting, or the environment variable."""
     with pytest.raises(ConfigError) as caught:
         Settings.from_conf(conf, environ=env)
     text = str(caught.value)
-    assert "durable_beat_api_tokens" in text and "s3cr3t-value" not in text
+    assert f"setting {named} (tokens not shown)" in text and "s3cr3t-value" not in text
+    assert [p.field for p in caught.value.problems] == [named]
 
 
 def test_access_log_lines_lose_their_query_string() -> None:
