@@ -95,7 +95,8 @@ def test_a_sqlite_store_beat_cannot_write_is_refused_at_start(make_rig: Any, whe
     beat = make_rig(schedule=ENTRIES).beat(store_url=f"sqlite:///{where}")
     assert beat.wait_exit(60) == EXIT_INVALID_CONFIG, beat.tail()
     (said,) = [t for t in beat.output().splitlines() if "beat refuses to start" in t]
-    assert "setting durable_beat_url: the SQLite store cannot be written" in said
+    # The rig gives the URL as DURABLE_BEAT_URL: the refusal names the variable that set it.
+    assert "setting DURABLE_BEAT_URL: the SQLite store cannot be written" in said
     assert "Traceback" not in beat.output()
 
 
