@@ -68,6 +68,8 @@ def differences(
     first_ticks: dict[tuple[Timeline, int | None, int | None], int | None] = {}
     for key, definition in wanted.items():
         row = rows.get(key)
+        if row is not None and row.source is Source.CONFIG:
+            _note_other_app(report, row, app)
         if row is not None and row.source is Source.API:
             report.ignored.append(definition.name)
         elif (
@@ -88,12 +90,20 @@ def differences(
             continue
         if key in wanted:
             continue
-        if app is not None and row.app is not None and row.app != app:
-            if row.app not in report.other_apps:
-                report.other_apps.append(row.app)
+        if _note_other_app(report, row, app):
             continue
         changes.append(ConfigChange(row.name))
     return changes, report
+
+
+def _note_other_app(report: SyncReport, row: StoredDigest, app: str | None) -> bool:
+    """Whether another app's sync kept ``row`` (then named once in ``report.other_apps``): two
+    apps syncing into one namespace, which each should have its own (SPEC §16)."""
+    if app is None or row.app is None or row.app == app:
+        return False
+    if row.app not in report.other_apps:
+        report.other_apps.append(row.app)
+    return True
 
 
 def sync_definitions(

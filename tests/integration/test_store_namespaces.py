@@ -258,3 +258,11 @@ def test_the_idle_round_is_one_probe_of_the_namespace_due_index(pg_url: str) -> 
     finally:
         alpha.close()
         beta.close()
+
+
+def test_a_name_both_apps_sync_into_one_namespace_is_warned_about_too(store: Store) -> None:
+    """The two apps would re-plan one row in turn: said, not silent."""
+    sync_definitions(store, [definition("both")], T0, app="app_a")
+    report = sync_definitions(store, [definition("both", "b.task")], T0 + 1, app="app_b")
+    assert report.other_apps == ["app_a"] and report.updated == ["both"]
+    assert store.definition_digests(["both"])[0].app == "app_b"
