@@ -109,12 +109,57 @@ def _lease_url_problem(text: str) -> ConfigError:
     return ConfigError([SettingProblem("settings", field, f"{field}: {text}")])
 
 
-def make_publisher(app: Any, settings: Settings) -> CeleryPublisher:
+BROKER_TIMEOUT_S = 5.0
+"""How long one read or write on beat's broker connection may wait, unless
+``broker_transport_options`` says otherwise (``bound_broker``)."""
+
+BROKER_BOUNDS = {
+    "redis": ("socket_timeout", "socket_connect_timeout"),
+    "py-amqp": ("read_timeout", "write_timeout"),
+}
+"""The transport options that bound a wait, by kombu transport (its ``driver_name``)."""
+
+
+def bound_broker(app: Any) -> dict[str, float]:
+    """Give the app's broker connections a bound on every wait, where the user set none; the
+    options added.
+
+    kombu's Redis transport waits forever for a reply by default (``socket_timeout`` None), and
+    py-amqp for a frame (no ``read_timeout``), so a publish to a broker that is frozen without
+    closing the connection (a hung host, a stalled network path) would hang beat's round. With
+    these, it fails as ``broker_unavailable`` within a bound (Celery's publish retries included;
+    docs/high-availability.md). Connecting is bounded already, by Celery's
+    ``broker_connection_timeout`` (4 s) on RabbitMQ and by ``socket_connect_timeout`` on Redis.
+
+    Written into ``broker_transport_options`` of this process's app, as a new dict, before the
+    first connection is made: the producer pool and the redelivery probe read it then. Keys the
+    user set are never changed; nothing is added for another transport.
+    """
+    conf = app.conf
+    try:  # builds the transport's class and connects nothing
+        driver = str(getattr(app.connection_for_write().transport, "driver_name", ""))
+    except Exception:  # a transport that cannot load: the first publish says why, as before
+        return {}
+    options = dict(conf.broker_transport_options or {})
+    added = {
+        name: BROKER_TIMEOUT_S for name in BROKER_BOUNDS.get(driver, ()) if name not in options
+    }
+    if "socket_timeout" in options:  # redis-py connects within it then: the user's choice
+        added.pop("socket_connect_timeout", None)
+    if added:
+        conf.broker_transport_options = {**options, **added}
+    return added
+
+
+def make_publisher(app: Any, settings: Settings, scheduler: Any = None) -> CeleryPublisher:
     """The publisher of beat's rounds and of manual runs: the app's producers, and
-    ``durable_beat_redact`` applied to every tick message's ``argsrepr`` / ``kwargsrepr``."""
+    ``durable_beat_redact`` applied to every tick message's ``argsrepr`` / ``kwargsrepr``.
+    ``scheduler``: the beat ``Scheduler`` of the rounds it serves, through whose ``apply_entry``
+    ticks go when an integration wrapped stock beat's (SPEC §17); None for every other caller."""
     from celery_durable_beat.publish.celery_publisher import CeleryPublisher
 
-    return CeleryPublisher(app, redact_keys=settings.redact)
+    bound_broker(app)  # before the first connection: a frozen broker fails the round, in time
+    return CeleryPublisher(app, redact_keys=settings.redact, scheduler=scheduler)
 
 
 def make_worker_registry(store: SchemaStore) -> SqlRunStore | None:

@@ -24,9 +24,20 @@ outage is remembered across the idle rounds that follow, so they do not reset th
 the ticks stay due. Nothing here knows Celery: the scheduler passes the broker's exception types.
 
 What a round did is told to a ``RoundObserver`` (``metrics.BeatMetrics`` when
-``durable_beat_metrics_port`` is set, else ``NO_OBSERVER``): the standing after every round, and
-each completed leader round with its records. The observer never stops beat: whatever it raises
-is logged (``metrics_failed``) and the round goes on.
+``durable_beat_metrics_port`` is set, else ``NO_OBSERVER``): the standing after every round, each
+turn, and each completed leader round with its records. The observer never stops beat: whatever
+it raises is logged (``metrics_failed``) and the round goes on.
+
+A *turn* (what ``/healthz`` judges: SPEC §17, ``liveness.py``) is a round that ended with its
+backends answering, i.e. did not back off: a leader's round that dispatched, found nothing due or
+stopped early for the lease; a standby's lease attempt answered, "held by another" included (all
+a standby has to do is try, so beside a healthy leader it turns every round); a round fenced out
+(the store answered, with a refusal). Not a turn: a round that failed on the store, the lease or
+the broker, or raised anything else, nor one still running (a call that never returns). So a
+leader whose store or broker stops answering stops turning even while it keeps a Redis lease,
+and answers 503 after ``durable_beat_liveness_s``: the restart that follows releases (or lets
+expire) a lease it cannot use, for a standby that may. A standby on a Redis lease turns through
+a store outage; on the store's lease it cannot.
 """
 
 from __future__ import annotations
@@ -79,6 +90,10 @@ class RoundObserver(Protocol):
     def standing(self, leader: bool, epoch: int) -> None:
         """After every round, leader or standby, failed or not: who this beat is now."""
 
+    def turned(self, sleep: float) -> None:
+        """After a round that was a turn (the module docstring's rule), before the scheduler's
+        sleep of at most ``sleep`` seconds until the next round."""
+
     def round_done(self, stats: RoundStats | None, seconds: float) -> None:
         """A leader round completed (``stats`` None: nothing was due), ``seconds`` long."""
 
@@ -109,6 +124,9 @@ class _NoObserver:
         pass
 
     def standing(self, leader: bool, epoch: int) -> None:
+        pass
+
+    def turned(self, sleep: float) -> None:
         pass
 
     def round_done(self, stats: RoundStats | None, seconds: float) -> None:
@@ -157,6 +175,7 @@ class BeatLoop:
         self.schema_ready = False
         self.broker_down = False
         self.failures = 0
+        self._backed_off = False  # this round backed off: it is no turn
         self._synced_epoch: int | None = None
         self._touched: set[str] = set()
         self._pruning: list[str] = []  # names of the pass in progress, not yet pruned
@@ -180,10 +199,14 @@ class BeatLoop:
     def round(self) -> float:
         """One round; the seconds until the next. Raises only ``SchemaOutdated``."""
         self._started = self.leadership.clock.monotonic()
+        self._backed_off = False
         try:
-            return self._round()
+            delay = self._round()
         finally:
             self._observe_standing()
+        if not self._backed_off:
+            self._observe(self.observer.turned, delay)
+        return delay
 
     def _round(self) -> float:
         try:
@@ -333,6 +356,7 @@ class BeatLoop:
         store's and the lease's messages name their URL without its password), or
         ``round_failed`` — nobody foresaw it — as an error with its traceback."""
         self.failures += 1
+        self._backed_off = True
         self.leadership.lose_if_lapsed()
         delay = self.backoff_delay()
         log.log(

@@ -122,6 +122,9 @@ class OpenRound:
 
 
 _Fire = Callable[[DueSchedule, TickMessage], tuple[Outcome, Reason | None]]
+Recorded = Callable[[Sequence[AuditEvent]], None]
+"""Told a round's records once its ``settle`` committed (``signals.RoundSignals``: the enqueue
+hooks, SPEC §17); the round knows only this callable, never Celery."""
 
 
 @dataclass
@@ -165,6 +168,7 @@ class Dispatcher:
         still_leader: Callable[[], bool] | None = None,
         recheck_ms: int = 1000,
         redeliver_after_ms: int | None = None,
+        on_recorded: Recorded | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -180,6 +184,8 @@ class Dispatcher:
         self.recheck_ms = recheck_ms
         # Redelivery on (SPEC §6): each ``enqueued`` record is watched from this long after now.
         self.redeliver_after_ms = redeliver_after_ms
+        # The enqueue hooks (SPEC §17), after the gate and the log lines of each round.
+        self.on_recorded = on_recorded
 
     def run_round(self, now_ms: int, epoch: int) -> RoundStats:
         """Claim, publish, settle and finish one round (``burst.py`` runs a burst's rounds)."""
@@ -234,6 +240,8 @@ class Dispatcher:
             stats.published,
         )
         _log_sent(stats.events, {item.due.name: item.due.definition.task for item in rnd.work})
+        if self.on_recorded is not None:
+            self.on_recorded(stats.events)
         stats.conflicts = applied.count(False)
         if stats.conflicts:
             log.info(

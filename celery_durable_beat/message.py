@@ -16,12 +16,13 @@ arguments, options or placeholders.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 from celery_durable_beat.model import EXPIRES_NEXT_TICK, Definition, Trigger
 from celery_durable_beat.schedules.render import render
+from celery_durable_beat.schedules.spec import ScheduleSpec
 
 # The headers every tick message carries (SPEC §4): the schedule, the tick instant in epoch
 # milliseconds, and ``auto`` / ``manual``. Flower shows none of them, hence the readable id.
@@ -52,6 +53,10 @@ class TickMessage:
     tick_ms: int
     trigger: Trigger = Trigger.AUTO
     namespace: str | None = None
+    spec: ScheduleSpec | None = field(default=None, compare=False, repr=False)
+    """The schedule's spec, for an integration that wraps stock beat's ``apply_entry``: it reads
+    the entry's Celery schedule (``publish/beat_entry.py`` builds it from this). Not part of the
+    message itself, so two messages that publish the same compare equal with or without it."""
 
 
 def tick_headers(message: TickMessage) -> dict[str, Any]:
@@ -103,6 +108,7 @@ def build_message(
         tick_ms=tick_ms,
         trigger=trigger,
         namespace=namespace,
+        spec=d.spec,
     )
 
 

@@ -4,7 +4,8 @@ Two producers, the same names:
 
 - ``BeatMetrics``: beat's ``RoundObserver`` (``beat_loop.py``). The rounds tell it what they did;
   it counts ticks, times rounds and serves ``/metrics`` on ``durable_beat_metrics_port`` on a
-  daemon thread, on a standby too (``durable_beat_leader 0``). The schedules by state and the
+  daemon thread, on a standby too (``durable_beat_leader 0``), with ``/healthz`` beside it: the
+  loop's turns, judged by ``liveness.Liveness`` (SPEC §17). The schedules by state and the
   due backlog are read from the store at most every ``STORE_EVERY_S`` seconds, on the round's
   thread: the work of a round follows what it did, never how many schedules exist.
 - ``StatusCollector`` / ``status_registry``: what ``durable-beat serve`` mounts. At scrape time
@@ -26,13 +27,14 @@ from collections import Counter as Tally
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from celery_durable_beat.clock import Clock
 from celery_durable_beat.dispatch import RoundStats
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
+from celery_durable_beat.liveness import DEFAULT_LIVENESS_S, HEALTH_PATH, Liveness, beside, listen
 from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action, Outcome, ScheduleState
 from celery_durable_beat.store.base import AuditEvent, StatusStore
@@ -103,11 +105,13 @@ class SpecRegistry(CollectorRegistry):
 
 
 class BeatMetrics:
-    """Beat's metrics on ``registry``, and the ``/metrics`` server when ``port`` is given.
+    """Beat's metrics on ``registry``, and the ``/metrics`` + ``/healthz`` server when ``port``
+    is given.
 
     A ``RoundObserver``: ``start`` listens (a port that cannot be bound is a ``ConfigError``
-    beat refuses to start with), ``standing`` after every round, ``round_done`` after each
-    completed leader round, ``close`` stops the server.
+    beat refuses to start with), ``standing`` after every round, ``turned`` after each turn of
+    the loop (``liveness``, ``liveness_s`` its window), ``round_done`` after each completed
+    leader round, ``close`` stops the server.
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class BeatMetrics:
         port: int | None = None,
         addr: str = DEFAULT_ADDR,
         store_every: float = STORE_EVERY_S,
+        liveness_s: float = DEFAULT_LIVENESS_S,
     ) -> None:
         self.registry = registry
         self.store = store
@@ -126,6 +131,7 @@ class BeatMetrics:
         self.port = port
         self.addr = addr
         self.store_every = store_every
+        self.liveness = Liveness(liveness_s, clock.monotonic)
         self._next_store_read: float | None = None
         self._server: Any = None
         self.ticks = Counter(
@@ -146,21 +152,23 @@ class BeatMetrics:
 
     # -- RoundObserver --------------------------------------------------------------------------
     def start(self) -> None:
-        """Serve ``/metrics`` on ``port`` (a daemon thread), if a port was given."""
+        """Serve ``/metrics`` and ``/healthz`` on ``port`` (a daemon thread), if a port was
+        given; liveness counts from now."""
+        self.liveness.restart()
         if self.port is None or self._server is not None:
             return
-        from prometheus_client import start_http_server
-
+        app = beside(make_wsgi_app(self.registry), self.liveness)
         try:
-            self._server, _thread = start_http_server(self.port, self.addr, registry=self.registry)
+            self._server = listen(self.addr, self.port, app)
         except OSError as exc:
             raise ConfigError(
                 [_port_problem(f"{self.port}: cannot listen on it ({exc.strerror or exc})")]
             ) from None
         log.info(
-            "serving Prometheus metrics on http://%s:%d/metrics",
+            "serving Prometheus metrics on http://%s:%d/metrics, liveness on %s",
             self.addr,
             self._server.server_port,
+            HEALTH_PATH,
             extra=log_extra(Action.METRICS_SERVING, port=self._server.server_port),
         )
 
@@ -183,6 +191,11 @@ class BeatMetrics:
         finally:
             self.leader.set(1 if leader else 0)
             self.epoch.set(epoch)
+            self.liveness.standing(leader)
+
+    def turned(self, sleep: float) -> None:
+        """The loop turned (``beat_loop.py``'s rule) and plans to sleep ``sleep`` seconds."""
+        self.liveness.turned(sleep)
 
     def round_done(self, stats: RoundStats | None, seconds: float) -> None:
         """Time the round; count its records (one per tick, or per range of dropped ticks)."""

@@ -259,6 +259,9 @@ class Action(str, Enum):
     """``pause_on_failure`` paused a schedule: its last N runs failed."""
     METRICS_FAILED = "metrics_failed"
     """Metrics could not be updated (e.g. the store did not answer their read); beat goes on."""
+    LOOP_STALLED = "loop_stalled"
+    """Beat's ``/healthz`` turned 503: its loop has not turned within ``durable_beat_liveness_s``
+    (``stalled`` True, a warning), or answers 200 again (``stalled`` False, info); once each."""
     REDELIVERED = "redelivered"
     """A lost tick (unclaimed, with evidence of loss) was published again with its task id."""
     REDELIVERY_GAVE_UP = "redelivery_gave_up"
@@ -267,6 +270,9 @@ class Action(str, Enum):
     REDELIVERY_PROBE_FAILED = "redelivery_probe_failed"
     """The broker could not be asked whether a tick's message is still there (logged once per
     outage); no tick is redelivered on the broker's evidence meanwhile."""
+    HOOK_FAILED = "hook_failed"
+    """A receiver of ``signals.tick_enqueued`` or ``tick_skipped`` raised; logged with its
+    traceback (then counted, once per round), and the other receivers and the round go on."""
 
 
 def canonical_hash(canonical_json: str) -> str:

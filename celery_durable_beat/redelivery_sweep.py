@@ -89,6 +89,7 @@ class RedeliverySweep:
         queue_of: Callable[[TickMessage], str | None],
         probe: BrokerProbe | None = None,
         limit: int = SWEEP_LIMIT,
+        on_recorded: Callable[[Sequence[AuditEvent]], None] | None = None,
     ) -> None:
         self.store = store
         self.publisher = publisher
@@ -97,6 +98,8 @@ class RedeliverySweep:
         self.queue_of = queue_of
         self.probe = probe
         self.limit = limit
+        # The enqueue hooks (SPEC §17): told the redeliveries once their records are committed.
+        self.on_recorded = on_recorded
         self.absence = AbsenceEvidence(policy.probe_apart_ms)
         self.fifo = FifoEvidence(policy.after_ms)
         self._next_ms: int | None = None
@@ -145,6 +148,8 @@ class RedeliverySweep:
                     for c in candidates]  # fmt: skip
         self.store.settle_redeliveries(events, rechecks, epoch)
         self._log(candidates, decisions, sent)
+        if events and self.on_recorded is not None:
+            self.on_recorded(events)
         return events
 
     def _queue(self, message: TickMessage | None) -> tuple[str, object] | None:

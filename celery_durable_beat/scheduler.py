@@ -9,6 +9,10 @@ from settings and answers Celery's hooks. Celery's own behaviour shapes it (seen
   idempotent.
 * ``tick()`` is called in bursts just before a due instant, so it answers from a monotonic
   wake-up time without a store query until something can be due.
+* Integrations that wrap stock beat's ``apply_entry`` (Sentry Crons, Datadog) are seen when the
+  scheduler is built (the banner names them) and at start (one line each); every automatic tick
+  then goes through ``self.apply_entry`` and ends in ``apply_async`` below, which publishes it
+  on the round's session (``publish/through_beat.py``, SPEC §17).
 * SIGTERM/SIGINT raise ``SystemExit`` wherever the main thread is. A round in flight would be cut
   between publish and audit; the handler installed here (for SIGHUP too, which would otherwise
   end the process with the lease held) defers the exit to the end of the round. ``close()`` then
@@ -31,6 +35,8 @@ from celery_durable_beat.exceptions import ConfigError, SchemaOutdated
 from celery_durable_beat.lease.base import Lease
 from celery_durable_beat.logs import log_extra
 from celery_durable_beat.model import Action
+from celery_durable_beat.publish.through_beat import routed_tick
+from celery_durable_beat.publish.wrappers import beat_wrappers
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import BeatStore
 from celery_durable_beat.urls import redact_url
@@ -87,6 +93,9 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         self._closed = self._in_round = self._stop_requested = False
         self._wake_at = 0.0
         self._schedule_file = kwargs.get("schedule_filename")
+        self.wrappers = beat_wrappers()
+        """Which of stock beat's ``apply_entry`` / ``apply_async`` an integration wrapped, and
+        with what; asked again at start, and by the publisher every round."""
         super().__init__(app, *args, **kwargs)
         self.max_interval = longest_sleep(kwargs.get("max_interval"), self.settings.poll_interval)
 
@@ -94,7 +103,7 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         try:
             if self._refusal is not None:
                 raise self._refusal
-            self.loop = loop = make_beat_loop(self.app, self.settings, self.clock)
+            self.loop = loop = make_beat_loop(self.app, self.settings, self.clock, sender=self)
             loop.prepare()  # the metrics port is bound here: one taken is a refusal too
         except (ConfigError, SchemaOutdated) as exc:
             self.close()
@@ -111,6 +120,31 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
             _namespace_words(self.settings.namespace),
             extra=log_extra(Action.BEAT_STARTED, namespace=self.settings.namespace),
         )
+        self._say_wrappers()
+
+    def _say_wrappers(self) -> None:
+        """One line per wrapped method of stock beat, so an operator sees that Sentry's (or
+        another tool's) hook is in force: each automatic tick goes through it (SPEC §17)."""
+        self.wrappers = beat_wrappers()
+        for method, wrapper in self.wrappers.items():
+            log.info(
+                "celery.beat.Scheduler.%s is wrapped by %s: every automatic tick goes through it",
+                method,
+                wrapper,
+                extra=log_extra(Action.BEAT_STARTED),
+            )
+
+    def apply_async(
+        self, entry: Any, producer: Any = None, advance: bool = True, **kwargs: Any
+    ) -> Any:
+        """What Celery's ``apply_entry`` calls once a wrapper of it has run: inside a tick the
+        round routes through ``apply_entry`` this publishes the tick, with whatever the wrapper
+        added to ``entry.options``, on the round's session (``routed_tick``); anywhere else it
+        is stock beat's."""
+        tick = routed_tick(entry)
+        if tick is None:
+            return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
+        return tick.publish(self, entry)
 
     def _warn_schedule_file(self) -> None:
         """``-s FILE`` (``beat_schedule_filename``) is stock beat's shelve file: nothing of it is
@@ -160,10 +194,13 @@ class Scheduler(beat.Scheduler):  # type: ignore[misc]
         if self._refusal is not None:
             return "    . config -> invalid: beat will refuse to start (the reason follows)"
         lease = redact_url(self.settings.lease_url) if self.settings.lease_url else "store"
+        wrapped = "".join(
+            f"\n    . {method} -> wrapped by {wrapper}" for method, wrapper in self.wrappers.items()
+        )
         return (
             f"    . store -> {redact_url(self.settings.url)}\n"
             f"    . lease -> {lease} (ttl {self.settings.lease_ttl:g}s)\n"
-            f"    . namespace -> {self.settings.namespace or 'default'}"
+            f"    . namespace -> {self.settings.namespace or 'default'}{wrapped}"
         )
 
     def _install_signal_handlers(self) -> None:

@@ -48,6 +48,8 @@ __all__ = [  # the settings' values (setting_values) are re-exported: importable
     "DEFAULTS",
     "DEFAULT_REDACT",
     "DEFAULT_URL",
+    "LIVENESS_FLOOR_S",
+    "LIVENESS_TURNS",
     "PREFIX",
     "SETTING_NAMES",
     "TOKENS_ENV",
@@ -65,6 +67,10 @@ TOKENS_ENV = "DURABLE_BEAT_API_TOKENS"
 PREFIX = "durable_beat_"
 DEFAULT_REDACT = DEFAULT_KEYS
 """SPEC §2's default for ``durable_beat_redact`` (defined once, in the pure ``redact`` module)."""
+LIVENESS_TURNS = 3
+"""``durable_beat_liveness_s``'s default, in the loop's longest waits (SPEC §2)."""
+LIVENESS_FLOOR_S = 30.0
+"""The least default ``durable_beat_liveness_s`` (SPEC §2); a value set is taken as it is."""
 E = TypeVar("E", bound=Enum)
 _URL_FIELDS = ("url", "lease_url")
 
@@ -118,6 +124,9 @@ class Settings:
     """Beat serves Prometheus ``/metrics`` here (every interface), leader and standbys alike
     (SPEC §10); unset: no metrics and prometheus-client is never imported. Needs the ``metrics``
     extra: with the port set and the client missing, beat refuses to start."""
+    liveness_s: float | None = field(default=None, metadata=_meta(gt=0))
+    """Seconds without a turn of beat's loop after which ``/healthz`` on the metrics port answers
+    503 (SPEC §17, ``liveness.py``); unset: SPEC §2's default (``liveness_seconds``)."""
     flower_url: str | None = None
     """Flower's base URL: the console links each task id to ``{flower_url}/task/{id}``."""
     api_tokens: dict[str, Role | TokenSpec] | None = field(default=None, repr=False)
@@ -155,6 +164,21 @@ class Settings:
         for name, value in _checked(given, self._names).items():
             if value is not given[name]:
                 object.__setattr__(self, name, value)
+
+    def liveness_seconds(self, renew_every: float) -> float:
+        """``liveness_s`` as set, else SPEC §2's default: ``LIVENESS_TURNS`` times the larger of
+        the poll interval and ``renew_every`` (the lease's renewal interval,
+        ``leadership.RENEW_AFTER`` of the TTL), at least ``LIVENESS_FLOOR_S``.
+
+        Three of the loop's longest waits: a healthy loop turns at least every poll interval,
+        so only a loop that missed about three turns in a row is restarted; the floor keeps a
+        store or lease call that is slow but bounded from restarting a beat that would recover.
+        ``renew_every`` is given, not computed here: it is leadership's rule, and settings never
+        import the round (the control API reads them).
+        """
+        if self.liveness_s is not None:
+            return self.liveness_s
+        return max(LIVENESS_FLOOR_S, LIVENESS_TURNS * max(self.poll_interval, renew_every))
 
     @property
     def names(self) -> SettingNames:

@@ -37,6 +37,7 @@ from celery_durable_beat.message import TickMessage
 from celery_durable_beat.publish.capturing import CapturingPublisher
 from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.settings import Settings
+from celery_durable_beat.signals import RoundSignals
 from celery_durable_beat.store.memory import MemoryStore
 from celery_durable_beat.sync import sync_definitions
 
@@ -91,7 +92,10 @@ def _parse_start(start: datetime | str) -> datetime:
 
 
 class FrozenBeat:
-    """A beat on a frozen clock over a throwaway in-memory store (the store's clock is frozen)."""
+    """A beat on a frozen clock over a throwaway in-memory store (the store's clock is frozen).
+
+    Its rounds send the enqueue hooks (``celery_durable_beat.signals``) with this ``FrozenBeat``
+    as ``sender``, so an app's receivers are tested on the same frozen clock."""
 
     def __init__(self, app: Any, start: datetime | str) -> None:
         settings = Settings.from_conf(app.conf, environ={})
@@ -103,6 +107,7 @@ class FrozenBeat:
             self.publisher,
             batch_size=settings.batch_size,
             quarantine_after=settings.quarantine_after,
+            on_recorded=RoundSignals(self),
         )
         self.store.register_epoch(1)
         sync_definitions(self.store, definitions_from_app(app, settings), self._now_ms)

@@ -18,16 +18,19 @@ from celery_durable_beat.clock import Clock
 from celery_durable_beat.dispatch import Dispatcher
 from celery_durable_beat.exceptions import ConfigError, SettingProblem
 from celery_durable_beat.gates.base import Gate
-from celery_durable_beat.leadership import Leadership
+from celery_durable_beat.leadership import RENEW_AFTER, Leadership
 from celery_durable_beat.runs.base import Runs
 from celery_durable_beat.settings import Settings
+from celery_durable_beat.signals import RoundSignals
 from celery_durable_beat.store.base import Store
 
 
-def make_redelivery(app: Any, settings: Settings, store: Store, runs: Runs) -> Redeliverer | None:
+def make_redelivery(
+    app: Any, settings: Settings, store: Store, runs: Runs, hooks: RoundSignals | None = None
+) -> Redeliverer | None:
     """The redelivery sweep (SPEC §6) when ``durable_beat_redeliver_after`` is set: on the
     round's runs and its own publisher, with the broker probe on a Redis broker (FIFO evidence
-    elsewhere, ``redelivery.py``)."""
+    elsewhere, ``redelivery.py``); ``hooks``: the round's enqueue hooks (SPEC §17)."""
     if settings.redeliver_after is None:
         return None
     from celery_durable_beat.gates.live_queues import QueueRouter
@@ -47,6 +50,7 @@ def make_redelivery(app: Any, settings: Settings, store: Store, runs: Runs) -> R
         policy,
         queue_of=QueueRouter(app),
         probe=RedisProbe(app) if is_redis_broker(app) else None,
+        on_recorded=hooks,
     )
 
 
@@ -72,7 +76,9 @@ def make_gate(app: Any, settings: Settings, store: Store, runs: Runs | None = No
 
 def make_observer(settings: Settings, store: Store, clock: Clock) -> RoundObserver:
     """Beat's metrics (SPEC §10) when ``durable_beat_metrics_port`` is set, on a registry of
-    their own; nothing otherwise, and prometheus-client is then never imported.
+    their own, with ``/healthz`` judged on ``durable_beat_liveness_s`` (its default from the poll
+    interval and the lease's renewal interval, ``RENEW_AFTER`` of the TTL: SPEC §2, §17);
+    nothing otherwise, and prometheus-client is then never imported.
 
     Raises ``ConfigError`` naming the setting and the install line when the port is set and
     prometheus-client is missing: beat refuses to start rather than run unobserved.
@@ -87,7 +93,13 @@ def make_observer(settings: Settings, store: Store, clock: Clock) -> RoundObserv
         raise _missing_metrics_client(
             settings.metrics_port, settings.names.of("metrics_port")
         ) from None
-    return BeatMetrics(SpecRegistry(), store=store, clock=clock, port=settings.metrics_port)
+    return BeatMetrics(
+        SpecRegistry(),
+        store=store,
+        clock=clock,
+        port=settings.metrics_port,
+        liveness_s=settings.liveness_seconds(renew_every=settings.lease_ttl * RENEW_AFTER),
+    )
 
 
 def _missing_metrics_client(port: int, setting: str) -> ConfigError:
@@ -125,10 +137,11 @@ def _refuse_unwritable_store(settings: Settings) -> None:
         )
 
 
-def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
+def make_beat_loop(app: Any, settings: Settings, clock: Clock, sender: object = None) -> BeatLoop:
     """The rounds of a beat process: ``beat_schedule`` validated (unless config sync is off), the
     store, the election, the dispatcher publishing through ``app``, and the failures that mean
-    "the broker is down" (kombu's, besides the OS's).
+    "the broker is down" (kombu's, besides the OS's). ``sender``: the enqueue hooks' sender
+    (``signals``, SPEC §17), the ``Scheduler`` that runs these rounds.
 
     Nothing connects yet. Raises ``ConfigError`` for an invalid ``beat_schedule`` or lease
     setting (closing the store made before it): beat refuses to start on either.
@@ -151,15 +164,18 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
     leadership = Leadership(lease, store, clock, poll_interval=settings.poll_interval)
     runs = make_runs(app, settings, store.url)
     after = settings.redeliver_after
+    hooks = RoundSignals(sender)
     dispatcher = Dispatcher(
         store,
-        make_publisher(app, settings),
+        # Its ticks go through the Scheduler's apply_entry when an integration wrapped it (§17).
+        make_publisher(app, settings, scheduler=sender),
         batch_size=settings.batch_size,
         quarantine_after=settings.quarantine_after,
         gate=make_gate(app, settings, store, runs),
         still_leader=leadership.keep_leading,
         recheck_ms=round(settings.poll_interval * 1000),
         redeliver_after_ms=None if after is None else round(after * 1000),
+        on_recorded=hooks,
     )
     return BeatLoop(
         store,
@@ -169,6 +185,6 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock) -> BeatLoop:
         history_keep=settings.history_keep,
         broker_errors=(KombuOperationalError, *BASIC_BROKER_ERRORS),
         observer=observer,
-        redelivery=make_redelivery(app, settings, store, runs),
+        redelivery=make_redelivery(app, settings, store, runs, hooks),
         app_name=app.main or "__main__",
     )

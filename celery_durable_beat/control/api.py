@@ -507,7 +507,7 @@ class DurableBeat:
         """
         why = check_reason(reason)
         record = self._require(name)
-        result = run_now(self.store, self.publisher, record, kwargs, idempotency_key)
+        result = run_now(self.store, self.publisher, record, kwargs, idempotency_key, self)
         if result.created:
             self._record(OperatorAction.TRIGGER, record.name, why, actor)
         return result
@@ -536,7 +536,7 @@ class DurableBeat:
         planned = plan_backfill(store, record, start_ms, end_ms, keep, keep_setting)
         if dry_run or not planned.ticks:  # nothing sent: nothing to record
             return replace(planned, dry_run=dry_run)
-        publish_backfill(store, self.publisher, record, planned.ticks)
+        publish_backfill(store, self.publisher, record, planned.ticks, self)
         self._record(OperatorAction.BACKFILL, record.name, why, actor)
         return replace(planned, dry_run=False)
 

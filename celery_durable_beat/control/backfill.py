@@ -33,6 +33,7 @@ from celery_durable_beat.model import Definition, Trigger
 from celery_durable_beat.publish.base import Publisher
 from celery_durable_beat.schedules.occurrences import count_ticks, next_tick
 from celery_durable_beat.schedules.spec import IntervalSpec
+from celery_durable_beat.signals import recorded
 from celery_durable_beat.store.base import ControlStore, ScheduleRecord
 
 BACKFILL_MAX = 1000
@@ -129,10 +130,15 @@ def refuse_pruned(
 
 
 def publish_backfill(
-    store: ControlStore, publisher: Publisher, record: ScheduleRecord, ticks: Sequence[BackfillTick]
+    store: ControlStore,
+    publisher: Publisher,
+    record: ScheduleRecord,
+    ticks: Sequence[BackfillTick],
+    sender: object = None,
 ) -> None:
     """Publish ``ticks`` oldest first, recording each confirmed batch; PublishFailed (after
-    recording the batch ``failed``) when the broker refuses or does not confirm."""
+    recording the batch ``failed``) when the broker refuses or does not confirm. Each batch
+    recorded ``enqueued`` sends ``signals.tick_enqueued`` as ``sender`` (SPEC §17)."""
     messages = [
         build_message(
             record.name,
@@ -154,6 +160,8 @@ def publish_backfill(
                     break
             reason = reason or session.confirm()
             failed = None if reason is None else reason.value
-            store.record_backfill([published_event(record, m, failed) for m in batch])
+            events = [published_event(record, m, failed) for m in batch]
+            store.record_backfill(events)
             if failed is not None:
                 raise PublishFailed(record.name, failed, what=f"backfill ({start} sent)")
+            recorded(sender, events)

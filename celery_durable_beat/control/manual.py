@@ -29,6 +29,7 @@ from celery_durable_beat.ids import manual_task_id
 from celery_durable_beat.message import TickMessage, build_message
 from celery_durable_beat.model import Outcome, Trigger
 from celery_durable_beat.publish.base import Publisher
+from celery_durable_beat.signals import recorded
 from celery_durable_beat.store.base import AuditEvent, ControlStore, ScheduleRecord
 
 BODY_KEY = "kwargs_digest"
@@ -41,9 +42,11 @@ def run_now(
     record: ScheduleRecord,
     kwargs: Mapping[str, Any] | None,
     idempotency_key: str | None,
+    sender: object = None,
 ) -> TriggerResult:
     """Publish one manual run of ``record`` (module docstring); PublishFailed when the broker
-    refuses it (the failure is recorded, and the same key may try again)."""
+    refuses it (the failure is recorded, and the same key may try again). A run recorded
+    ``enqueued`` sends ``signals.tick_enqueued`` as ``sender`` (SPEC §17)."""
     overrides = check_kwargs(kwargs)
     refuse_unplannable(record, "run")
     task_id = manual_task_id(record.name, idempotency_key, store.namespace)
@@ -64,11 +67,11 @@ def run_now(
     with publisher.session() as session:
         reason = session.publish(message) or session.confirm()  # delivered, not buffered
     detail = {} if body is None else {BODY_KEY: body}
-    store.record_manual(
-        published_event(record, message, None if reason is None else reason.value, detail)
-    )
+    event = published_event(record, message, None if reason is None else reason.value, detail)
+    store.record_manual(event)
     if reason is not None:
         raise PublishFailed(record.name, reason.value)
+    recorded(sender, [event])
     return TriggerResult(task_id, created=True)
 
 

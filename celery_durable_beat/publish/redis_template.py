@@ -24,7 +24,9 @@ queue, the queue's ``x-expires``) and the whole round still goes out in one pipe
   too) and ``expiration``.
 
 When it is used (``templating_refused`` returns None, decided once per session, then per
-template): Celery's protocol 2 through the stock ``Celery.send_task`` and ``AMQP``; not
+template): Celery's protocol 2 through the stock ``Celery.send_task`` and ``AMQP``, neither
+``send_task`` nor kombu's ``Producer.publish`` replaced by a wrapper (``wrappers.celery_own``:
+a templated tick calls neither, so a wrapper would miss it); not
 ``task_always_eager``; no ``task_send_sent_event``; no compression; ``task_routes`` made only
 of mappings (a router function may look at the arguments, which differ per tick); and **no
 receiver connected** to ``before_task_publish``, ``after_task_publish`` or ``task_sent``.
@@ -55,6 +57,7 @@ from celery import Celery, signals
 from celery.app.amqp import AMQP
 from celery.app.routes import MapRoute
 from celery.utils.time import add_seconds_to_datetime, maybe_make_aware, subtract_datetimes
+from kombu.messaging import Producer
 from kombu.serialization import dumps, loads, registry
 
 from celery_durable_beat.celery_message import shown_reprs
@@ -70,6 +73,7 @@ from celery_durable_beat.publish.redis_wire import (
     tick_values,
 )
 from celery_durable_beat.publish.send_task import CelerySession, own_apply_async
+from celery_durable_beat.publish.wrappers import celery_own
 
 log = logging.getLogger("celery_durable_beat.publish")
 
@@ -90,6 +94,8 @@ def templating_refused(app: Any) -> str | None:
     conf = app.conf
     reasons = (
         (type(app).send_task is not Celery.send_task, "send_task is overridden"),
+        (not celery_own(Celery, "send_task"), "Celery.send_task is wrapped"),
+        (not celery_own(Producer, "publish"), "kombu's Producer.publish is wrapped"),
         (type(app.amqp) is not AMQP, "a custom app.amqp class"),
         (conf.task_protocol != 2, "task_protocol is not 2"),
         (bool(conf.task_always_eager), "task_always_eager"),

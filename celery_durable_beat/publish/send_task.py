@@ -17,7 +17,7 @@ through here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from celery.app.task import Task as CeleryTask
@@ -29,9 +29,14 @@ from celery_durable_beat.logs import cause, log_extra
 from celery_durable_beat.message import TickMessage
 from celery_durable_beat.model import Action, Reason
 from celery_durable_beat.publish.base import Confirms
+from celery_durable_beat.publish.wrappers import celery_own
 from celery_durable_beat.redact import DEFAULT_KEYS
 
 log = logging.getLogger("celery_durable_beat.publish")
+
+Send = Callable[[Any, dict[str, Any]], object]
+"""How a tick's keyword arguments (``send_kwargs``) go out on a producer, in place of
+``CelerySession``'s own call: ``through_beat.py`` sends them through a wrapped beat method."""
 
 
 class CelerySession:
@@ -96,22 +101,31 @@ class CelerySession:
         return None
 
     def publish(self, message: TickMessage) -> Reason | None:
+        return self.publish_with(message, None)
+
+    def publish_with(self, message: TickMessage, send: Send | None) -> Reason | None:
+        """``publish``, with ``send`` making the call on the producer when given (rules 2-3 the
+        same: this session's producer, its buffering or confirms, the failure's reason)."""
         try:
-            self._send(message)
+            self._send(message, send)
         except Exception as exc:
             return self._failed_with(message, exc)
         return None
 
-    def _failed_with(self, message: TickMessage, exc: Exception) -> Reason:
-        return _failed(message, self.reason_of(exc), exc)
+    def _failed_with(
+        self, message: TickMessage, exc: Exception, reason: Reason | None = None
+    ) -> Reason:
+        return _failed(message, reason or self.reason_of(exc), exc)
 
-    def _send(self, message: TickMessage) -> None:
+    def _send(self, message: TickMessage, send: Send | None = None) -> None:
         """``app.send_task`` with the tick's options, through this round's producer; or the
         task's own ``apply_async`` when its class overrides it (``own_apply_async``)."""
         options = send_kwargs(message, self.redact_keys, self.limits)
         producer = self.producer if self.confirms is None else self.confirms.producer_for_publish()
-        task = own_apply_async(self.app, message.task)
-        if task is not None:
+        task = None if send is not None else own_apply_async(self.app, message.task)
+        if send is not None:
+            send(producer, options)
+        elif task is not None:
             args, kwargs = options.pop("args"), options.pop("kwargs")
             task.apply_async(args, kwargs, producer=producer, **options)
         else:
@@ -134,11 +148,17 @@ class CelerySession:
 
 def own_apply_async(app: Any, task_name: str) -> Any:
     """The task registered as ``task_name`` in beat's app if its class overrides Celery's
-    ``Task.apply_async`` (celery-once's ``QueueOnce``, singleton and tenant-header bases): stock
-    beat calls ``task.apply_async``, so such a tick goes through it too, with the tick's id and
-    options, and the override runs (SPEC §4). None for every other task: the fast paths."""
+    ``Task.apply_async`` (celery-once's ``QueueOnce``, singleton and tenant-header bases), or
+    if ``Task.apply_async`` itself was replaced by a wrapper (Sentry's, Datadog's): stock beat
+    calls ``task.apply_async``, so such a tick goes through it too, with the tick's id and
+    options, and the override or wrapper runs (SPEC §4, §17). None for every other task: the
+    fast paths."""
     task = app.tasks.get(task_name)
-    if task is None or getattr(type(task), "apply_async", None) is CeleryTask.apply_async:
+    if task is None:
+        return None
+    if getattr(type(task), "apply_async", None) is CeleryTask.apply_async and celery_own(
+        CeleryTask, "apply_async"
+    ):
         return None
     return task
 

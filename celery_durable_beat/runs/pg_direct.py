@@ -45,7 +45,7 @@ from celery_durable_beat.exceptions import StoreUnavailable
 from celery_durable_beat.runs.base import RunState, WriteIf
 from celery_durable_beat.runs.sql_statements import UNFINISHED as UNFINISHED_STATES
 from celery_durable_beat.runs.sql_statements import replace_run, state_of
-from celery_durable_beat.store.sql.engine import PG_NOW, pg_connect_args
+from celery_durable_beat.store.sql.engine import PG_NOW, pg_connector
 from celery_durable_beat.store.tables import runs
 
 T = TypeVar("T")
@@ -218,7 +218,7 @@ class DirectPg:
     """This process's connections for the statements above (module docstring)."""
 
     def __init__(self, url: URL, shown_url: str) -> None:
-        self._connect_args = pg_connect_args(url)
+        self._connect = pg_connector(url)  # each exchange bounded (store/sql/bounded.py)
         self._shown_url = shown_url
         self._idle: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
@@ -312,7 +312,7 @@ class DirectPg:
                 if self._idle:
                     return self._idle.pop(), True
         try:
-            conn = psycopg.connect(autocommit=True, **self._connect_args)
+            conn = self._connect(autocommit=True)
         except _BROKEN as exc:
             raise self._unavailable(exc) from exc
         # Commits stay synchronous (the server's setting): a claim is the dedup guarantee, and

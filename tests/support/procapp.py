@@ -9,7 +9,10 @@ beat_schedule), ``BEAT_TIMEZONE`` (``app.conf.timezone``, default UTC), ``BEAT_L
 ``BEAT_LEASE_OPTIONS`` (JSON of ``durable_beat_lease_transport_options``), ``BEAT_LEASE_TTL``,
 ``BEAT_POLL``, ``GUARD`` (``0``: no ``install(app)``; by default the app calls it),
 ``GUARD_RUN_TTL``, ``VISIBILITY_TIMEOUT``,
-``QUARANTINE_AFTER``, ``METRICS_PORT`` (``durable_beat_metrics_port``),
+``QUARANTINE_AFTER``, ``SENTRY_ENVELOPES`` and ``OTEL_SPANS`` (Sentry and OpenTelemetry in this
+process, writing what they send to those files: ``tests/support/observers.py``),
+``METRICS_PORT`` (``durable_beat_metrics_port``), ``LIVENESS_S``
+(``durable_beat_liveness_s``),
 ``RESULT_BACKEND`` (results kept there, with ``task_track_started``; else
 none), ``TASK_QUEUE`` (the default queue, for a test of its own on a shared RabbitMQ),
 ``TASK_ROUTES`` (JSON of ``task_routes``), ``WORKER_TTL`` (``durable_beat_worker_ttl``),
@@ -20,7 +23,9 @@ with ``faults.arm``: the package itself reads no variable for faults); and the
 evidence files: ``TICKS_FILE`` (one JSON line per task event), ``RECEIPTS_FILE`` (one JSON line
 per message the worker's main process received), ``SIGNALS_FILE`` (one JSON line per
 ``task_prerun`` / ``task_postrun`` the user's app saw), ``ACTIONS_FILE`` (one JSON line per log
-record that carries an ``action``: the stable vocabulary tests wait on instead of prose).
+record that carries an ``action``: the stable vocabulary tests wait on instead of prose),
+``HOOKS_FILE`` (one JSON line per enqueue hook the process sent) and ``SLACK_WEBHOOK_URL`` (the
+docs' Slack example connected: ``tests/support/hook_log.py``).
 
 Two orders of a hard time limit and the guard's claim, each made certain rather than likely:
 a message serialised with ``STALL_SERIALIZER`` stalls its pool process while the body is
@@ -92,6 +97,8 @@ if os.environ.get("BEAT_LEASE_OPTIONS"):
     app.conf.durable_beat_lease_transport_options = json.loads(os.environ["BEAT_LEASE_OPTIONS"])
 if os.environ.get("METRICS_PORT"):
     app.conf.durable_beat_metrics_port = int(os.environ["METRICS_PORT"])
+if os.environ.get("LIVENESS_S"):  # durable_beat_liveness_s: /healthz's window (SPEC §17)
+    app.conf.durable_beat_liveness_s = float(os.environ["LIVENESS_S"])
 if os.environ.get("QUARANTINE_AFTER"):
     app.conf.durable_beat_quarantine_after = int(os.environ["QUARANTINE_AFTER"])
 if os.environ.get("RESULT_BACKEND"):
@@ -111,6 +118,10 @@ STALL_CONTENT_TYPE = "application/x-procapp-stall"
 app.conf.accept_content = ["json", STALL_CONTENT_TYPE]
 if os.environ.get("GUARD", "1") != "0":
     install(app)
+if os.environ.get("SENTRY_ENVELOPES") or os.environ.get("OTEL_SPANS"):
+    from tests.support.observers import install_from_env
+
+    install_from_env()
 
 
 def _append(path_env: str, row: dict[str, Any]) -> None:
@@ -138,6 +149,11 @@ class ActionLog(logging.Handler):
 
 
 logging.getLogger("celery_durable_beat").addHandler(ActionLog())
+
+if os.environ.get("HOOKS_FILE") or os.environ.get("SLACK_WEBHOOK_URL"):  # enqueue hooks
+    from tests.support.hook_log import install_from_env as install_hooks
+
+    install_hooks()
 
 
 def _row(task: Any, event: str, **extra: Any) -> dict[str, Any]:

@@ -38,7 +38,10 @@ SETTINGS = {
     "visibility_timeout": "VISIBILITY_TIMEOUT",
     "fault": "BEAT_FAULT",
     "quarantine_after": "QUARANTINE_AFTER",
+    "sentry_envelopes": "SENTRY_ENVELOPES",
+    "otel_spans": "OTEL_SPANS",
     "metrics_port": "METRICS_PORT",
+    "liveness_s": "LIVENESS_S",
     "result_backend": "RESULT_BACKEND",
     "queue": "TASK_QUEUE",
     "timezone": "BEAT_TIMEZONE",
@@ -51,6 +54,8 @@ SETTINGS = {
     "batch_size": "BEAT_BATCH_SIZE",
     "namespace": "BEAT_NAMESPACE",
     "app_main": "APP_MAIN",
+    "hooks_file": "HOOKS_FILE",
+    "slack_webhook": "SLACK_WEBHOOK_URL",
 }
 """Test app setting -> the environment variable ``procapp`` reads it from."""
 

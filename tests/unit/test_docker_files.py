@@ -145,8 +145,8 @@ def test_flower_options_are_flower_s(compose: dict[str, Any]) -> None:
 
 
 def test_health_checks_probe_what_the_service_serves(compose: dict[str, Any]) -> None:
-    """Beats: their metrics port; serve: /healthz on its port; workers: a ping of their own node
-    name; Flower: its /healthcheck."""
+    """Beats: /healthz on their metrics port (their loop turns); serve: /healthz on its port;
+    workers: a ping of their own node name; Flower: its /healthcheck."""
     for name, service in ours(compose).items():
         command, env = service["command"], service["environment"]
         kind, check = health_argv(service)
@@ -164,7 +164,7 @@ def test_health_checks_probe_what_the_service_serves(compose: dict[str, Any]) ->
         elif "flower" in command:
             assert (port, path) == (env["FLOWER_PORT"], "/healthcheck"), name
         else:
-            assert (port, path) == (env["DURABLE_BEAT_METRICS_PORT"], "/metrics"), name
+            assert (port, path) == (env["DURABLE_BEAT_METRICS_PORT"], "/healthz"), name
 
 
 def test_configured_by_environment_variables_only(compose: dict[str, Any]) -> None:

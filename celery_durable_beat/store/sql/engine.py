@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import BigInteger, Table, create_engine, event, extract, func, select
 from sqlalchemy import exc as sa_exc
@@ -32,10 +32,23 @@ from celery_durable_beat.clock import SystemClock
 from celery_durable_beat.exceptions import InvalidArgument, StoreUnavailable
 from celery_durable_beat.urls import redact_url
 
+if TYPE_CHECKING:
+    import psycopg
+
 T = TypeVar("T")
 
 PG_CONNECT_TIMEOUT_S = 10
 """How long connecting to PostgreSQL may take: an outage must surface, not hang beat."""
+
+PG_CALL_TIMEOUT_S = 10.0
+"""How long one exchange with PostgreSQL (a statement and its results, a commit, the pool's
+ping) may wait for the server, unless the URL sets ``durable_beat_call_timeout``: a server that
+is frozen without closing the connection must fail the call (``StoreUnavailable``), not hang it
+(``bounded.py``, ``watchdog.py``; SPEC §7)."""
+
+CALL_TIMEOUT_PARAM = "durable_beat_call_timeout"
+"""The store URL's query parameter for ``PG_CALL_TIMEOUT_S`` (seconds; ``0``: no bound). Ours,
+not libpq's: it is taken out of the URL before libpq sees it."""
 
 PG_TCP_DEFAULTS = {
     "keepalives": 1,
@@ -47,7 +60,8 @@ PG_TCP_DEFAULTS = {
 """libpq's TCP settings unless the URL sets its own: a connection whose peer vanished (a
 partition, a host gone without a FIN) fails within about 25 s of silence, or 30 s of unacknowledged
 writes, instead of blocking beat until the network heals. A peer that keeps the TCP connection
-alive but answers nothing (a hung proxy) is not detected this way (docs/guarantees.md)."""
+alive but answers nothing (a hung proxy, a frozen server) is not detected this way: the call's
+own deadline (``PG_CALL_TIMEOUT_S``) is what bounds that (docs/high-availability.md)."""
 
 MULTI_HOST_HINT = (
     "; several PostgreSQL hosts are named in the query, not the netloc: "
@@ -104,6 +118,7 @@ def normalize_url(url: str) -> URL:
             f"durable_beat_url {shown} uses {backend!r}; the store supports "
             "postgresql://user@host/db and sqlite:///path/to/file.sqlite3"
         )
+    call_timeout(parsed)  # a bad bound is refused when the URL is read, not at the first call
     return parsed
 
 
@@ -112,6 +127,31 @@ def build_engine(url: URL) -> Engine:
     if url.get_backend_name() == "sqlite":
         return _sqlite_engine(url)
     return _pg_engine(url)
+
+
+def call_timeout(url: URL) -> tuple[URL, float | None]:
+    """The URL libpq is given (without ``durable_beat_call_timeout``) and the bound on each
+    exchange with the server, in seconds: ``PG_CALL_TIMEOUT_S`` unless the URL sets one; None
+    when it sets ``0`` (no bound) or when the driver is not psycopg 3 (only its waits can be
+    watched, ``bounded.py``). InvalidArgument for a value that is not a number >= 0."""
+    text = url.query.get(CALL_TIMEOUT_PARAM)
+    stripped = url.difference_update_query([CALL_TIMEOUT_PARAM])
+    if text is None:
+        bound: float | None = PG_CALL_TIMEOUT_S
+    else:
+        try:
+            bound = float(text if isinstance(text, str) else text[-1])
+        except ValueError:
+            bound = -1.0
+        if not bound >= 0:  # NaN too
+            raise InvalidArgument(
+                f"durable_beat_url: {CALL_TIMEOUT_PARAM}={text!r} is not a number of seconds; "
+                f"write e.g. ?{CALL_TIMEOUT_PARAM}=10 (or 0 for no bound)"
+            )
+        bound = bound or None
+    if url.get_backend_name() != "postgresql" or url.get_driver_name() != "psycopg":
+        bound = None
+    return stripped, bound
 
 
 def _pg_defaults(url: URL) -> dict[str, Any]:
@@ -131,15 +171,44 @@ def pg_connect_args(url: URL) -> dict[str, Any]:
     from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
     dialect = PGDialect_psycopg()  # type: ignore[no-untyped-call]
-    _, params = dialect.create_connect_args(url)  # type: ignore[no-untyped-call]
-    return {**params, **_pg_defaults(url)}
+    libpq_url, _ = call_timeout(url)
+    _, params = dialect.create_connect_args(libpq_url)  # type: ignore[no-untyped-call]
+    return {**params, **_pg_defaults(libpq_url)}
+
+
+def pg_connector(url: URL) -> Callable[..., psycopg.Connection[Any]]:
+    """``connect(**options)``: a psycopg connection of ``url`` (``pg_connect_args``, computed
+    once, and ``options``), its waits bounded as an engine's are (``call_timeout``); for the
+    worker's direct statements (``runs/pg_direct.py``)."""
+    import psycopg
+
+    args = pg_connect_args(url)
+    _, bound = call_timeout(url)
+    if bound is None:
+        return lambda **options: psycopg.connect(**args, **options)
+    from celery_durable_beat.store.sql import bounded
+
+    return lambda **options: bounded.connect(bound, **args, **options)
 
 
 def _pg_engine(url: URL) -> Engine:
-    connect_args = _pg_defaults(url)
+    libpq_url, bound = call_timeout(url)
+    connect_args = _pg_defaults(libpq_url)
     # pre_ping: after a database restart the pool would otherwise hand out dead connections.
     # hide_parameters: bound values (definitions, kwargs) never reach error text or logs.
-    return create_engine(url, pool_pre_ping=True, hide_parameters=True, connect_args=connect_args)
+    engine = create_engine(
+        libpq_url, pool_pre_ping=True, hide_parameters=True, connect_args=connect_args
+    )
+    if bound is not None:
+        from celery_durable_beat.store.sql import bounded
+
+        def bounded_connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+            return bounded.connect(bound, *cargs, **cparams)
+
+        # SQLAlchemy's documented hook for "make the DBAPI connection yourself": every other
+        # part of the dialect (its connect args, on-connect setup) stays SQLAlchemy's.
+        event.listen(engine, "do_connect", bounded_connect)
+    return engine
 
 
 def sqlite_write_problem(url: str) -> str | None:

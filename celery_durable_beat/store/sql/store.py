@@ -27,6 +27,7 @@ from celery_durable_beat.store.sql import redelivery as sql_redelivery
 from celery_durable_beat.store.sql import round as sql_round
 from celery_durable_beat.store.sql import schema as sql_schema
 from celery_durable_beat.store.sql.engine import HOST_CLOCK, PG_NOW, LazyEngine, limit_idle
+from celery_durable_beat.store.sql.watchdog import unbounded
 from celery_durable_beat.store.tables import DEFAULT_NAMESPACE, fence, schedules
 from celery_durable_beat.store.values import (
     ActionEntry,
@@ -164,7 +165,8 @@ class SqlStore(LazyEngine):
         self._write(lambda conn: sql_schema.ensure(conn, self.shown_url, self._ns))
 
     def migrate(self) -> str:
-        return self._write(lambda conn: sql_schema.upgrade(conn, self.shown_url, self._ns))
+        with unbounded():  # its DDL may rightly take minutes, with an operator watching
+            return self._write(lambda conn: sql_schema.upgrade(conn, self.shown_url, self._ns))
 
     # -- definitions, history, status (sql_admin) ---------------------------------------------
     def get(self, name: str) -> ScheduleRecord | None:
