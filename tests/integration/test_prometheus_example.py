@@ -4,20 +4,36 @@ driven by FrozenBeat's real rounds: each schedule's last enqueued instant and sk
 from __future__ import annotations
 
 import importlib
+import sys
 import urllib.request
+from collections.abc import Iterator
 from datetime import datetime, timezone
+from types import ModuleType
 
 import pytest
 from celery import Celery
 
+from celery_durable_beat.signals import tick_enqueued, tick_skipped
 from celery_durable_beat.testing import FrozenBeat
 from tests.support.procs import free_port, wait_until
 
 pytestmark = pytest.mark.integration  # serves the example registry on a local port
 
 
-def test_each_schedule_gets_its_last_enqueued_instant_and_its_skips() -> None:
-    example = importlib.import_module("examples.monitoring.prometheus_per_schedule")
+@pytest.fixture
+def example() -> Iterator[ModuleType]:
+    """The example imported (which connects its receivers), and its receivers disconnected
+    afterwards: the signals are process-wide, and other tests count their receivers."""
+    module = importlib.import_module("examples.monitoring.prometheus_per_schedule")
+    try:
+        yield module
+    finally:
+        tick_enqueued.disconnect(module._on_enqueued)
+        tick_skipped.disconnect(module._on_skipped)
+        sys.modules.pop(module.__name__, None)
+
+
+def test_each_schedule_gets_its_last_enqueued_instant_and_its_skips(example: ModuleType) -> None:
     app = Celery("proj", broker="memory://", set_as_current=False)
     app.conf.update(
         timezone="UTC",
