@@ -33,6 +33,7 @@ from zoneinfo import ZoneInfo
 from croniter import croniter
 
 from celery_durable_beat.schedules.bounds import INTERVAL_MAX_MS, SECONDS_MAX, show_number
+from celery_durable_beat.schedules.errors import SpecError
 
 NICKNAMES = {
     "@yearly": "0 0 1 1 *",
@@ -223,10 +224,6 @@ class ExcludedSpec:
 
 Timeline = ScheduleSpec | ExcludedSpec
 """What the occurrence engine and the planner walk: a spec, with its exclusions if any."""
-
-
-class SpecError(ValueError):
-    """A schedule value that cannot be understood; the message says what to write instead."""
 
 
 @dataclass(frozen=True)
