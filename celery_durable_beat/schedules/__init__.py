@@ -1,5 +1,6 @@
 """The pure schedule layer: specs, parsing, validation and occurrences. No I/O lives here."""
 
+from celery_durable_beat.schedules.errors import SpecError
 from celery_durable_beat.schedules.occurrences import (
     MAX_ENUMERATION,
     count_ticks,
@@ -13,7 +14,6 @@ from celery_durable_beat.schedules.spec import (
     IntervalSpec,
     ParsedSchedule,
     ScheduleSpec,
-    SpecError,
     parse_schedule,
 )
 

@@ -1,9 +1,15 @@
 """A schedule spec in words: ``at 03:00 every day (Europe/Berlin)``, ``every 30 seconds``.
 
 Pure and best effort. The common shapes (fixed times, steps, ranges, lists of weekdays, days and
-months) read as English; a field in a form this module does not know (``L``, ``W``, ``#``) makes
-the whole description fall back to ``cron "<expr>" (<zone>)``, because a half-right sentence
-about when something runs is worse than the expression itself. The zone is always named for a
+months) read as English, and so do the cron extensions of SPEC §18: ``L`` in the day-of-month
+field alone or in a list of days (``on the last day of the month``), and a day-of-week field made
+only of ``<weekday>#<n>`` and ``L<weekday>`` items (``on the first and third Friday of the
+month``). A field in a form this module does not know (``W``, ``15-L``, ``mon-fri#2``, plain
+weekdays mixed with ``#``) makes the whole description fall back to ``cron "<expr>" (<zone>)``,
+because a half-right sentence about when something runs is worse than the expression itself. For
+the same reason a restricted day of month with ``#``/``L<weekday>`` under the "either" day rule
+falls back: croniter cannot search that union (validation refuses it), so words saying "or"
+would describe ticks that an older stored definition does not get. The zone is always named for a
 cron spec, since the same expression means different instants in different zones; an interval is
 aligned to the Unix epoch and has no zone.
 """
@@ -15,7 +21,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from celery_durable_beat.schedules.custom import CustomSpec
 from celery_durable_beat.schedules.dst import zone
+from celery_durable_beat.schedules.rrule import RRuleSpec, describe_rrule
+from celery_durable_beat.schedules.solar import SolarSpec, describe_solar
 from celery_durable_beat.schedules.spec import (
     AtSpec,
     CronSpec,
@@ -47,6 +56,11 @@ _MAX_LISTED_TIMES = 6
 """Most ``HH:MM`` instants listed one by one; more read better as a step or a range."""
 
 _PART = re.compile(r"(\*|\w+(?:-\w+)?)(?:/(\d+))?")
+_NTH = re.compile(r"(\w+)#(\d)|L(\w+)", re.ASCII | re.IGNORECASE)
+"""One day-of-week item of SPEC §18: ``5#2``, ``fri#2`` (the n-th) or ``L5`` (the last)."""
+ORDINALS = ("first", "second", "third", "fourth", "fifth")
+_LAST = 9
+"""The ``n`` of ``L<weekday>`` in :attr:`_Field.nth`: sorts after the fifth, is none of them."""
 
 
 class _UnknownFieldError(ValueError):
@@ -62,6 +76,10 @@ class _Field:
     step: int | None = None
     start: int | None = None
     end: int | None = None
+    last: bool = False
+    """Day of month: ``L`` is among the values (the month's last day, whichever it is)."""
+    nth: tuple[tuple[int, int], ...] = ()
+    """Day of week: ``(weekday, n)`` pairs, ``n`` 1-5 or :data:`_LAST`, sorted."""
 
     @property
     def single(self) -> int | None:
@@ -74,10 +92,22 @@ def describe(spec: ScheduleSpec) -> str:
         return describe_interval(spec.every_ms)
     if isinstance(spec, AtSpec):
         return _describe_at(spec)
+    if not isinstance(spec, CronSpec):
+        return describe_kind(spec)
     try:
         return f"{_describe_cron(spec)} ({spec.tz})"
     except _UnknownFieldError:
         return f'cron "{spec.expr}" ({spec.tz})'
+
+
+def describe_kind(spec: SolarSpec | RRuleSpec | CustomSpec) -> str:
+    """The kinds of SPEC §18: each module words its own; a custom class is named by what
+    identifies it (its ``repr()`` and class), since only its code knows its times."""
+    if isinstance(spec, SolarSpec):
+        return describe_solar(spec)
+    if isinstance(spec, RRuleSpec):
+        return describe_rrule(spec)
+    return f"by {spec.shown}, a custom schedule ({spec.path})"
 
 
 def _describe_at(spec: AtSpec) -> str:
@@ -190,7 +220,21 @@ def _parse(text: str, low: int, high: int, names: dict[str, int] | None = None) 
     return _Field(tuple(sorted(values)))
 
 
+def _month_days(text: str) -> _Field:
+    """The day-of-month field; ``L`` items set ``last`` and the rest are plain days."""
+    parts = text.split(",")
+    plain = [part for part in parts if part.upper() != "L"]
+    if len(plain) == len(parts):
+        return _parse(text, 1, 31)
+    days = _parse(",".join(plain), 1, 31) if plain else _Field(())
+    if days.any:  # "*,L" is every day; no sentence worth the risk
+        raise _UnknownFieldError(text)
+    return _Field(days.values, last=True)
+
+
 def _weekdays(text: str) -> _Field:
+    if any("#" in part or part[:1].lower() == "l" for part in text.split(",")):
+        return _nth_weekdays(text)
     field = _parse(text, 0, 7, _DAY_NAMES)
     values = tuple(sorted({v % 7 for v in field.values}))
     if field.any:
@@ -198,11 +242,28 @@ def _weekdays(text: str) -> _Field:
     return _Field(values, step=field.step, start=field.start, end=field.end)
 
 
+def _nth_weekdays(text: str) -> _Field:
+    """A day-of-week field of ``<weekday>#<n>`` and ``L<weekday>`` items only."""
+    nth: set[tuple[int, int]] = set()
+    for part in text.split(","):
+        match = _NTH.fullmatch(part)
+        if not match:  # a plain weekday or a range among them: croniter's own reading
+            raise _UnknownFieldError(part)
+        day, n, last_day = match.groups()
+        weekday = _number(last_day if n is None else day, _DAY_NAMES)
+        count = _LAST if n is None else int(n)
+        if weekday > 7 or not (count == _LAST or 1 <= count <= len(ORDINALS)):
+            raise _UnknownFieldError(part)
+        nth.add((weekday % 7, count))
+    ordered = tuple(sorted(nth))
+    return _Field(tuple(sorted({day for day, _ in ordered})), nth=ordered)
+
+
 # -- words ------------------------------------------------------------------------------------
-def _join(items: Sequence[str]) -> str:
+def _join(items: Sequence[str], conjunction: str = "and") -> str:
     if len(items) <= 1:
         return "".join(items)
-    return f"{', '.join(items[:-1])} and {items[-1]}"
+    return f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
 
 
 def _runs(values: Sequence[int]) -> list[tuple[int, int]]:
@@ -228,13 +289,18 @@ def _named(values: Sequence[int], names: Sequence[str], offset: int = 0) -> str:
 
 
 def _numbers(values: Sequence[int]) -> str:
+    return _join(_number_parts(values))
+
+
+def _number_parts(values: Sequence[int]) -> list[str]:
+    """``["1-7", "15"]``: runs of three or more as a range, the rest one by one."""
     parts = []
     for first, last in _runs(values):
         if last - first >= 2:
             parts.append(f"{first}-{last}")
         else:
             parts.extend(str(v) for v in range(first, last + 1))
-    return _join(parts)
+    return parts
 
 
 def _describe_cron(spec: CronSpec) -> str:
@@ -243,7 +309,7 @@ def _describe_cron(spec: CronSpec) -> str:
     fixed = _fixed_times(second, _parse(minute, 0, 59), _parse(hour, 0, 23))
     time = fixed or _time_words(second, _parse(minute, 0, 59), _parse(hour, 0, 23))
     days = _day_words(
-        _parse(dom, 1, 31),
+        _month_days(dom),
         _parse(month, 1, 12, _MONTH_NAMES),
         _weekdays(dow),
         both=spec.day_rule is DayRule.BOTH,
@@ -313,8 +379,33 @@ def _hour_words(hour: _Field, minute: _Field) -> str:
     return f"during {label} {_numbers(hour.values)}"
 
 
-def _weekday_words(dow: _Field, condition: bool) -> str:
+def _month_day_words(dom: _Field, of: str) -> str:
+    """``on days 1 and 15 of the month``, ``on day 1 and the last day of the month``."""
+    label = "day" if len(dom.values) == 1 else "days"
+    if not dom.last:
+        return f"on {label} {_numbers(dom.values)} of {of}"
+    if not dom.values:
+        return f"on the last day of {of}"
+    return f"on {label} {_join([*_number_parts(dom.values), 'the last day'])} of {of}"
+
+
+def _nth_words(dow: _Field, condition: bool, of: str) -> str:
+    """``on the first and third Friday of the month``; as a condition on days of the month,
+    ``if it is the second Friday``."""
+    by_day: dict[int, list[str]] = {}
+    for day, n in dow.nth:
+        by_day.setdefault(day, []).append("last" if n == _LAST else ORDINALS[n - 1])
+    word = "or" if condition else "and"
+    named = [f"the {_join(counts, word)} {WEEKDAYS[day]}" for day, counts in by_day.items()]
+    if condition:
+        return f"if it is {_join(named, 'or')}"
+    return f"on {_join(named)} of {of}"
+
+
+def _weekday_words(dow: _Field, condition: bool, of: str = "the month") -> str:
     """``on Friday``; as a condition on days of the month, ``if it is a Friday``."""
+    if dow.nth:
+        return _nth_words(dow, condition, of)
     named = _named(dow.values, WEEKDAYS)
     if not condition:
         return f"on {named}"
@@ -323,15 +414,19 @@ def _weekday_words(dow: _Field, condition: bool) -> str:
 
 def _day_words(dom: _Field, month: _Field, dow: _Field, both: bool) -> str:
     """The days part; day of month and weekday combine as the spec's day rule says."""
-    if dow.any and len(dom.values) == 1 and len(month.values) == 1:
+    if dow.any and len(dom.values) == 1 and len(month.values) == 1 and not dom.last:
         return f"on {MONTHS[month.values[0] - 1]} {dom.values[0]}"
+    if dow.nth and not (both or dom.any):
+        raise _UnknownFieldError("a union croniter cannot search")  # see the module docstring
     months = "" if month.any else f"in {_named(month.values, MONTHS, offset=1)}"
+    of = "the month"
+    if len(month.values) == 1 and (dom.last or dow.nth) and (dom.any or dow.any):
+        of, months = MONTHS[month.values[0] - 1], ""  # "the last day of February"
     choices = []
     if not dom.any:
-        label = "day" if len(dom.values) == 1 else "days"
-        choices.append(f"on {label} {_numbers(dom.values)} of the month")
+        choices.append(_month_day_words(dom, of))
     if not dow.any:
-        choices.append(_weekday_words(dow, condition=both and bool(choices)))
+        choices.append(_weekday_words(dow, condition=both and bool(choices), of=of))
     if not choices:
         return months
     joined = " ".join(choices) if both else " or ".join(choices)

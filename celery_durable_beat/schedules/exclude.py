@@ -2,10 +2,11 @@
 
 Each item is a date (``"2026-12-25"`` or a ``datetime.date``) or a range ``{"from": ..., "to":
 ...}`` of dates, both ends included. Dates are read on the wall clock of the schedule's zone: a
-cron's own zone, an interval's the app's zone as Celery reads it (``timezone``, on a Django
-project its ``TIME_ZONE``; ``celery_config.zone_in_force``). An ``@at`` schedule takes none
-(its one instant is already chosen). Problems are returned as ``(field, problem)`` pairs for
-the validator's collector, each naming the item and how to fix it.
+cron's (a solar event's, a rule's, a custom class's) own zone, an interval's the app's zone as
+Celery reads it (``timezone``, on a Django project its ``TIME_ZONE``;
+``celery_config.zone_in_force``). An ``@at`` schedule takes none (its one instant is already
+chosen). Problems are returned as ``(field, problem)`` pairs for the validator's collector, each
+naming the item and how to fix it.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from celery_durable_beat.schedules.bounds import YEAR_MAX, YEAR_MIN, show_number
 from celery_durable_beat.schedules.spec import (
     EXCLUDE_MAX,
     AtSpec,
-    CronSpec,
     Exclusions,
     IntervalSpec,
+    ScheduleSpec,
 )
 
 Problems = list[tuple[str, str]]
@@ -30,7 +31,7 @@ _FORMS = 'give "YYYY-MM-DD" or {"from": "YYYY-MM-DD", "to": "YYYY-MM-DD"}'
 
 def check_exclude(
     value: object,
-    spec: CronSpec | IntervalSpec | AtSpec | None,
+    spec: ScheduleSpec | None,
     default_tz: str,
     problems: Problems,
 ) -> Exclusions | None:

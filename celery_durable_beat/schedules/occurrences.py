@@ -17,6 +17,9 @@ An at spec has one tick; after it, :data:`ENDED_MS`. An :class:`ExcludedSpec` as
 and, when a tick falls on an excluded date of the exclusions' zone, jumps to the end of that
 excluded span and asks again: at most one jump per span, so the search stays bounded, and a spec
 without exclusions never pays for them (it is not wrapped).
+
+Solar events, recurrence rules and custom classes (SPEC §18) answer from their own modules, each
+bounded on its own; none of them is on the cron or interval path, whose cost is unchanged.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from croniter import CroniterBadDateError, croniter
 
 from celery_durable_beat.exceptions import OccurrenceSearchError
 from celery_durable_beat.schedules.bounds import LAST_MS
+from celery_durable_beat.schedules.custom import CustomSpec, next_custom_ms
 from celery_durable_beat.schedules.dst import (
     WallKind,
     classify,
@@ -39,6 +43,8 @@ from celery_durable_beat.schedules.dst import (
     wall_of,
     zone,
 )
+from celery_durable_beat.schedules.rrule import RRuleSpec, next_rrule_ms
+from celery_durable_beat.schedules.solar import SolarSpec, next_solar_ms
 from celery_durable_beat.schedules.spec import (
     AtSpec,
     CronSpec,
@@ -78,11 +84,22 @@ def next_tick(spec: Timeline, after_ms: int) -> int:
     return min(found, ENDED_MS)
 
 
-def _next_other(spec: AtSpec | ExcludedSpec, after_ms: int) -> int:
-    """The kinds off the cron hot path: one at tick, or a spec with exclusion dates."""
+def _next_other(
+    spec: AtSpec | SolarSpec | RRuleSpec | CustomSpec | ExcludedSpec, after_ms: int
+) -> int:
+    """The kinds off the cron hot path: one at tick, the kinds of SPEC §18 (each module answers
+    None once its schedule has ended), or a spec with exclusion dates."""
     if isinstance(spec, AtSpec):
         return spec.at_ms if spec.at_ms > after_ms else ENDED_MS
-    return _next_included(spec, after_ms)
+    if isinstance(spec, ExcludedSpec):
+        return _next_included(spec, after_ms)
+    if isinstance(spec, SolarSpec):
+        found = next_solar_ms(spec, after_ms)
+    elif isinstance(spec, RRuleSpec):
+        found = next_rrule_ms(spec, after_ms)
+    else:
+        found = next_custom_ms(spec, after_ms)
+    return ENDED_MS if found is None else min(found, ENDED_MS)
 
 
 def _next_included(spec: ExcludedSpec, after_ms: int) -> int:

@@ -1,9 +1,11 @@
 """Schedule specs: what a ``schedule`` value means, as immutable values.
 
-Three kinds exist. A cron spec matches fields on the wall clock of its zone; an interval spec
-fires every ``every_ms`` milliseconds aligned to the Unix epoch in UTC, so tick identities do not
-depend on when a beat process started; an at spec (``@at <instant>``, SPEC §15) fires once, at
-one instant, and has ended afterwards.
+A cron spec matches fields on the wall clock of its zone; an interval spec fires every
+``every_ms`` milliseconds aligned to the Unix epoch in UTC, so tick identities do not depend on
+when a beat process started; an at spec (``@at <instant>``, SPEC §15) fires once, at one
+instant, and has ended afterwards. The kinds users bring from elsewhere (SPEC §18) have a module
+each, whose spec this module unites with these: solar events (:mod:`.solar`), RFC 5545
+recurrence rules (:mod:`.rrule`) and custom schedule classes (:mod:`.custom`).
 
 Exclusion dates (``exclude``) are not a kind: they are :class:`Exclusions`, a value of the
 definition, which the occurrence engine applies on top of any cron or interval spec
@@ -33,7 +35,10 @@ from zoneinfo import ZoneInfo
 from croniter import croniter
 
 from celery_durable_beat.schedules.bounds import INTERVAL_MAX_MS, SECONDS_MAX, show_number
+from celery_durable_beat.schedules.custom import CustomObject, CustomSpec, custom_spec
 from celery_durable_beat.schedules.errors import SpecError
+from celery_durable_beat.schedules.rrule import RRuleSpec, is_rrule_text, parse_rrule
+from celery_durable_beat.schedules.solar import SolarSpec, parse_solar, solar_spec
 
 NICKNAMES = {
     "@yearly": "0 0 1 1 *",
@@ -160,7 +165,10 @@ class AtSpec:
         return f"@at {_instant_text(self.at_ms, self.tz)}"
 
 
-ScheduleSpec = CronSpec | IntervalSpec | AtSpec
+RepeatingSpec = CronSpec | IntervalSpec | SolarSpec | RRuleSpec | CustomSpec
+"""Every kind with more than one tick: what ``exclude`` applies to."""
+
+ScheduleSpec = RepeatingSpec | AtSpec
 
 
 def _instant_text(ms: int, tz: str) -> str:
@@ -216,9 +224,9 @@ class Exclusions:
 
 @dataclass(frozen=True)
 class ExcludedSpec:
-    """A cron or interval spec whose occurrences on excluded dates are not occurrences."""
+    """A repeating spec whose occurrences on excluded dates are not occurrences."""
 
-    base: CronSpec | IntervalSpec
+    base: RepeatingSpec
     exclusions: Exclusions
 
 
@@ -236,6 +244,16 @@ class CronFields:
 
     fields: tuple[str, ...]
     days: DayRule
+
+
+@dataclass(frozen=True)
+class SolarFields:
+    """A Celery ``solar``'s event and place, translated; :func:`parse_schedule` checks them and
+    gives the spec the entry's zone."""
+
+    event: object
+    lat: object
+    lon: object
 
 
 @dataclass(frozen=True)
@@ -261,12 +279,22 @@ def parse_schedule(value: object, tz: str = "UTC") -> ParsedSchedule:
         return _parse_string(value.strip(), tz)
     if isinstance(value, datetime):
         return ParsedSchedule(_at(value, tz))
+    return ParsedSchedule(_translated(value, tz))
+
+
+def _translated(value: object, tz: str) -> ScheduleSpec:
+    """A value the Celery edge translated (a ``crontab``, a ``solar``, a custom class)."""
     if isinstance(value, CronFields):
-        return ParsedSchedule(_parse_cron(value.fields, " ".join(value.fields), tz, value.days))
+        return _parse_cron(value.fields, " ".join(value.fields), tz, value.days)
+    if isinstance(value, SolarFields):
+        return solar_spec(value.event, value.lat, value.lon, tz)
+    if isinstance(value, CustomObject):
+        return custom_spec(value.obj, tz)
     raise SpecError(
         f"{type(value).__name__} is not a supported schedule; use a cron string, "
-        "'@every 30s', '@at <instant>', a number of seconds, a timedelta, an aware datetime, "
-        "crontab() or schedule()"
+        "'@every 30s', '@at <instant>', '@solar <event> <lat> <lon>', an RRULE, a number of "
+        "seconds, a timedelta, an aware datetime, crontab(), schedule(), solar() or a "
+        "schedule class with next_after()"
     )
 
 
@@ -323,6 +351,15 @@ def _parse_string(text: str, tz: str) -> ParsedSchedule:
         if cron_tz is not None:
             raise SpecError("an interval is aligned to the Unix epoch in UTC; remove CRON_TZ=")
         return ParsedSchedule(_parse_every(text))
+    if text.startswith("@solar"):
+        if cron_tz is not None:
+            raise SpecError("a solar event is an instant, the same in every zone; remove CRON_TZ=")
+        return ParsedSchedule(parse_solar(text, tz))
+    if is_rrule_text(text):
+        if cron_tz is not None:
+            raise SpecError("a recurrence rule names its zone with DTSTART;TZID=; remove CRON_TZ=")
+        rule, tzid = parse_rrule(text, tz)
+        return ParsedSchedule(rule, tzid)
     fields = tuple(NICKNAMES.get(text.lower(), text).split())
     return ParsedSchedule(_parse_cron(fields, text, cron_tz or tz), cron_tz)
 
@@ -346,9 +383,94 @@ def _parse_cron(
             f"{text!r} has a range with equal ends such as 5-5, which croniter reads as the "
             "whole field; write the single value (5) instead"
         )
+    problem = _extension_problem(fields[_DOM], fields[_DOW])
+    if problem is not None:
+        raise SpecError(f"{text!r} {problem}")
     if not croniter.is_valid(" ".join(fields), second_at_beginning=len(fields) == 6):
         raise SpecError(f"{text!r} is not a valid cron expression; check each field's range")
-    return CronSpec(fields, tz, days)
+    spec = CronSpec(fields, tz, days)
+    _check_union(spec, text)
+    return spec
+
+
+# -- the cron extensions of SPEC §18: L, <weekday>#<n>, L<weekday> ------------------------------
+_NTH_ITEM = re.compile(r"(\w+(?:-\w+)?)#(\d+)|L(\w+)", re.ASCII | re.IGNORECASE)
+"""A day-of-week item naming the n-th (``5#2``, ``fri#2``) or last (``L5``) weekday of a month."""
+_LAST_AFTER = re.compile(r"\w+L", re.ASCII | re.IGNORECASE)
+"""Quartz's spelling of the last weekday (``5L``), which croniter does not read."""
+_LAST_DAY_ITEM = re.compile(r"L|\d+-L(/\d+)?", re.ASCII | re.IGNORECASE)
+"""The day-of-month forms of ``L`` croniter reads: the last day, or the end of a range."""
+
+
+def _extension_problem(dom: str, dow: str) -> str | None:
+    """What is wrong with the ``L`` and ``#`` items of the day fields, in words, or None.
+
+    Checked before croniter's own parser so that each refusal says what to write instead;
+    croniter refuses most of these forms too, but with a message that names no fix, and it
+    accepts one mix (plain weekdays covering the whole week next to ``5#2``) that it then reads
+    as ``5#2`` alone.
+    """
+    for item in dom.split(","):
+        if "l" in item.lower() and not _LAST_DAY_ITEM.fullmatch(item):
+            return (
+                f"has {item!r} in the day-of-month field, where L is the month's last day, "
+                "alone (L) or ending a range (15-L); for the last such weekday write L5 "
+                "(the last Friday) in the day-of-week field"
+            )
+    nth, plain = [], []
+    for item in dow.split(","):
+        found = _NTH_ITEM.fullmatch(item)
+        if found is None:
+            if item.upper() == "L" or _LAST_AFTER.fullmatch(item):
+                day = item[:-1] if item[:-1].isdigit() else "5"
+                return (
+                    f"has {item!r} in the day-of-week field; the month's last such weekday is "
+                    f"L<weekday>: write L{day} (L5 is the last Friday); the month's last day "
+                    "is L in the day-of-month field"
+                )
+            plain.append(item)
+            continue
+        count, last = found.group(2), found.group(3)
+        if count is not None and not 1 <= int(count) <= 5:
+            return (
+                f"has {item!r}: # counts a weekday's occurrences in the month, 1 to 5 "
+                f"(5#2 is the second Friday); for the last one write L{found.group(1)}"
+            )
+        if last is not None and not last.isdigit():
+            return f"has {item!r}; L takes the weekday as a number 0-7, e.g. L5 (the last Friday)"
+        nth.append(item)
+    if nth and plain:
+        return (
+            f"mixes plain weekdays ({','.join(plain)}) with {','.join(nth)} in the day-of-week "
+            "field, which croniter cannot combine (it refuses the mix or reads only "
+            f"{','.join(nth)}); write two schedules, one with each"
+        )
+    return None
+
+
+def _check_union(spec: CronSpec, text: str) -> None:
+    """Refuse the "either" day rule with ``#``/``L<weekday>`` and a restricted day of month.
+
+    croniter unites the two day fields only while neither uses ``#``, ``L<weekday>`` or ``W``;
+    otherwise it still requires both to match: ``0 9 L * 5#2`` finds no date at all, and
+    ``0 9 13 * L5`` neither, while ``0 9 1,L * L5`` fires on the last Friday only. Two
+    schedules say the union exactly. A ``*`` day of month (or ``?``) is every day, which the
+    occurrence engine hands croniter as such, so that rule stays accepted. ``W`` (not one of
+    SPEC §18's forms) has the same limit and is not refused here yet.
+    """
+    dom, dow = spec.fields[_DOM], spec.fields[_DOW]
+    if spec.day_rule is not DayRule.EITHER or dom in ("*", "?"):
+        return
+    if not any(_NTH_ITEM.fullmatch(item) for item in dow.split(",")):
+        return
+    by_day, by_weekday = list(spec.fields), list(spec.fields)
+    by_day[_DOW] = by_weekday[_DOM] = "*"
+    raise SpecError(
+        f"{text!r} restricts both day fields, so a day matching either should fire "
+        f"(crontab(5)), but croniter cannot search {dom} or {dow}: it finds no date or only "
+        f"days matching both; write two schedules, {' '.join(by_day)!r} and "
+        f"{' '.join(by_weekday)!r}"
+    )
 
 
 def _equal_range(field: str) -> bool:
@@ -396,6 +518,8 @@ def spec_to_json(spec: ScheduleSpec) -> dict[str, Any]:
         return {"kind": "interval", "every_ms": spec.every_ms}
     if isinstance(spec, AtSpec):
         return {"kind": "at", "at_ms": spec.at_ms, "tz": spec.tz}
+    if not isinstance(spec, CronSpec):
+        return _kind_to_json(spec)
     data: dict[str, Any] = {"kind": "cron", "fields": list(spec.fields), "tz": spec.tz}
     if spec.day_rule is not legacy_day_rule(spec.fields):
         # Written only where it differs from how a stored row without it is read, so that the
@@ -414,7 +538,28 @@ def spec_from_json(data: dict[str, Any]) -> ScheduleSpec:
         return CronSpec(fields, data["tz"], days)
     if data["kind"] == "at":
         return AtSpec(int(data["at_ms"]), data["tz"])
+    if data["kind"] == "solar":
+        return SolarSpec(data["event"], float(data["lat"]), float(data["lon"]), data["tz"])
+    if data["kind"] == "rrule":
+        return RRuleSpec(data["rule"], data["tz"])
+    if data["kind"] == "custom":
+        return CustomSpec(data["class"], data["repr"], data["tz"])
     raise ValueError(f"unknown schedule kind {data['kind']!r}")
+
+
+def _kind_to_json(spec: SolarSpec | RRuleSpec | CustomSpec) -> dict[str, Any]:
+    """The kinds of SPEC §18, each under its own ``kind``."""
+    if isinstance(spec, SolarSpec):
+        return {
+            "kind": "solar",
+            "event": spec.event,
+            "lat": spec.lat,
+            "lon": spec.lon,
+            "tz": spec.tz,
+        }
+    if isinstance(spec, RRuleSpec):
+        return {"kind": "rrule", "rule": spec.rule, "tz": spec.tz}
+    return {"kind": "custom", "class": spec.path, "repr": spec.shown, "tz": spec.tz}
 
 
 def exclusions_from_json(data: dict[str, Any]) -> Exclusions:

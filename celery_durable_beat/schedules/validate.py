@@ -31,14 +31,17 @@ from celery_durable_beat.schedules.bounds import (
     show_number,
 )
 from celery_durable_beat.schedules.dst import zone
+from celery_durable_beat.schedules.errors import SpecError
 from celery_durable_beat.schedules.exclude import check_exclude
 from celery_durable_beat.schedules.occurrences import next_tick
+from celery_durable_beat.schedules.rrule import RRuleSpec
 from celery_durable_beat.schedules.spec import (
     AtSpec,
     CronSpec,
     IntervalSpec,
     ParsedSchedule,
-    SpecError,
+    RepeatingSpec,
+    ScheduleSpec,
     parse_schedule,
 )
 from celery_durable_beat.schedules.values import value_problem
@@ -191,7 +194,7 @@ def _check_fields(
 
 def _check_schedule(
     entry: Mapping[str, Any], defaults: EntryDefaults, found: _Collector
-) -> CronSpec | IntervalSpec | AtSpec | None:
+) -> ScheduleSpec | None:
     if "schedule" not in entry:
         found.add("schedule", 'schedule is missing; give e.g. "0 3 * * *" or "@every 30s"')
         return None
@@ -216,6 +219,22 @@ def _check_schedule(
         return _check_at(parsed.spec, explicit_tz, tz_ok, defaults, found)
     zones_ok = _check_cron_zones(parsed, explicit_tz, defaults, found)
     return parsed.spec if tz_ok and zones_ok and _fires(parsed.spec, found) else None
+
+
+def _fires(spec: RepeatingSpec, found: _Collector) -> bool:
+    """A repeating spec must be searchable: a cron whose fields never match, or a custom class
+    whose ``next_after`` fails or answers something that is not an instant after the one asked
+    about, is refused now rather than quarantined at its first round."""
+    try:
+        next_tick(spec, _PROBE_MS)
+    except OccurrenceSearchError as exc:
+        if isinstance(spec, CronSpec):
+            problem = f'"{spec.expr}" never fires; check the day and month fields'
+        else:
+            problem = str(exc)
+        found.add("schedule", problem)
+        return False
+    return True
 
 
 def _check_at(
@@ -245,19 +264,12 @@ def _check_cron_zones(
     if not _check_zone(parsed.cron_tz, "schedule", found):
         return False
     if explicit_tz is not None and explicit_tz != parsed.cron_tz:
-        found.add(
-            "tz",
-            f'tz "{explicit_tz}" conflicts with CRON_TZ={parsed.cron_tz}; keep only one of them',
+        where = (
+            f"the rule's DTSTART;TZID={parsed.cron_tz}"
+            if isinstance(parsed.spec, RRuleSpec)
+            else f"CRON_TZ={parsed.cron_tz}"
         )
-        return False
-    return True
-
-
-def _fires(spec: CronSpec, found: _Collector) -> bool:
-    try:
-        next_tick(spec, _PROBE_MS)
-    except OccurrenceSearchError:
-        found.add("schedule", f'"{spec.expr}" never fires; check the day and month fields')
+        found.add("tz", f'tz "{explicit_tz}" conflicts with {where}; keep only one of them')
         return False
     return True
 

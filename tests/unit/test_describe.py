@@ -53,8 +53,8 @@ CRON_CASES = [
     # classic cron: a restricted day of month and weekday combine with "or"
     ("0 0 1 * 1", "UTC", "at 00:00 on day 1 of the month or on Monday (UTC)"),
     # forms this module does not put into words fall back to the expression itself
-    ("0 0 L * *", "UTC", 'cron "0 0 L * *" (UTC)'),
-    ("0 0 * * 5#3", "UTC", 'cron "0 0 * * 5#3" (UTC)'),
+    ("0 0 L * *", "UTC", "at 00:00 on the last day of the month (UTC)"),
+    ("0 0 15W * *", "UTC", 'cron "0 0 15W * *" (UTC)'),
 ]
 
 

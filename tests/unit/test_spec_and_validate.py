@@ -165,8 +165,8 @@ def test_spec_json_round_trip(spec: CronSpec | IntervalSpec) -> None:
 
 
 def test_spec_json_refuses_unknown_kinds() -> None:
-    with pytest.raises(ValueError, match="unknown schedule kind 'solar'"):
-        spec_from_json({"kind": "solar"})
+    with pytest.raises(ValueError, match="unknown schedule kind 'lunar'"):
+        spec_from_json({"kind": "lunar"})
 
 
 # --- validate_entry / validate_entries ------------------------------------------------------
