@@ -1,33 +1,37 @@
 """The Celery edge of config: ``beat_schedule`` entries, Celery schedule objects included.
 
-``celery.schedules.crontab`` and ``celery.schedules.schedule`` are translated into the plain
-values the pure validator understands; ``solar`` and custom schedule classes are refused with a
-message that says what to use instead. A ``crontab`` becomes cron fields that keep Celery's
-meaning: both day fields must match (SPEC §5), which no cron string can say when both are
-restricted, so it travels as :class:`~celery_durable_beat.schedules.spec.CronFields`.
+``celery.schedules.crontab``, ``schedule`` and ``solar`` are translated into the plain values the
+pure validator understands; any other schedule object is a custom class (SPEC §18), handed on whole
+so that its ``next_after`` gives its ticks (or its lack is refused, naming the method). A
+``crontab`` becomes cron fields that keep Celery's meaning: both day fields must match (SPEC §5),
+which no cron string can say when both are restricted, so it travels as
+:class:`~celery_durable_beat.schedules.spec.CronFields`.
 
-Two more things are read here as Celery itself reads them, so a stock-beat user and a
-durable-beat user of one project get the same instants (SPEC §14, §16): the app's zone
-(``zone_in_force``: Celery's ``app.timezone`` rule, Django's ``TIME_ZONE`` included) and the
-app's modules (``load_app_modules``: Celery's ``import_modules`` hook, which sets Django up
-before anything reads a result backend that lives in Django's ORM).
+Two more things are read here as Celery itself reads them, so a stock-beat user and a durable-beat
+user of one project get the same instants (SPEC §14, §16): the app's zone (``zone_in_force``:
+Celery's ``app.timezone`` rule, Django's ``TIME_ZONE`` included) and the app's modules
+(``load_app_modules``: Celery's ``import_modules`` hook, which sets Django up before anything reads
+a result backend that lives in Django's ORM).
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
+from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any
 
 from celery import Signature
 from celery.backends.base import DisabledBackend
-from celery.schedules import crontab, schedule, solar
+from celery.schedules import BaseSchedule, crontab, schedule, solar
 
 from celery_durable_beat.exceptions import ConfigError, ConfigProblem, SettingProblem
 from celery_durable_beat.ids import name_key
 from celery_durable_beat.model import Definition
-from celery_durable_beat.schedules.spec import CronFields, CronSpec, DayRule
+from celery_durable_beat.schedules.custom import CustomObject, custom_spec
+from celery_durable_beat.schedules.errors import SpecError
+from celery_durable_beat.schedules.spec import CronFields, CronSpec, DayRule, SolarFields
 from celery_durable_beat.schedules.validate import (
     NAME_MAX,
     RELATIVE_REFUSED,
@@ -210,6 +214,27 @@ def definitions_from_app(app: Any, settings: Settings) -> list[Definition]:
     return _with_cron_deadline(definitions, cron_deadline(app))
 
 
+def register_custom_schedules(app: Any) -> None:
+    """Make the custom schedule objects of ``beat_schedule`` known to this process (SPEC §18).
+
+    Their ticks come from the objects themselves, which only the app's config holds; a process
+    that reads stored schedules without validating the config (``serve``, the CLI's reads, beat
+    with config sync off) registers them here. An entry that is not a valid custom schedule is
+    left for ``check`` and config sync to refuse: reading is not the place to fail on it.
+    """
+    raw = app.conf.beat_schedule or {}
+    if not isinstance(raw, Mapping):
+        return
+    for entry in raw.values():
+        value = entry.get("schedule") if isinstance(entry, Mapping) else None
+        if type(value) in (crontab, schedule, solar) or not (
+            isinstance(value, BaseSchedule) or hasattr(value, "is_due")
+        ):
+            continue
+        with suppress(SpecError):
+            custom_spec(value, "UTC")
+
+
 def default_entries(app: Any, beat_schedule: Mapping[Any, Any]) -> dict[str, Any]:
     """The entries stock beat adds by itself (``Scheduler.install_default_entries``).
 
@@ -265,38 +290,18 @@ def translate_entry(name: str, entry: Any) -> Any:
     if not isinstance(entry, Mapping) or "schedule" not in entry:
         return entry
     value = entry["schedule"]
-    if isinstance(value, solar):
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    name,
-                    "schedule",
-                    ("solar schedules are not supported; use a cron expression with a tz instead"),
-                )
-            ]
-        )
-    if type(value) is crontab:  # a subclass may compute its own times: refused below
+    if type(value) is solar:
+        return {**entry, "schedule": SolarFields(value.event, value.lat, value.lon)}
+    if type(value) is crontab:  # a subclass may compute its own times: a custom class below
         return {**entry, "schedule": CronFields(crontab_fields(value), DayRule.BOTH)}
     if type(value) is schedule:
         if value.relative:
             raise ConfigError([ConfigProblem(name, "schedule", RELATIVE_REFUSED)])
         return {**entry, "schedule": value.run_every.total_seconds()}
-    if isinstance(value, (schedule, crontab)) or (
-        hasattr(value, "is_due") and hasattr(value, "remaining_estimate")
-    ):
-        raise ConfigError(
-            [
-                ConfigProblem(
-                    name,
-                    "schedule",
-                    (
-                        f"{type(value).__name__} is a custom schedule class, which cannot be "
-                        "stored; "
-                        "use a cron string, '@every 30s', crontab() or schedule()"
-                    ),
-                )
-            ]
-        )
+    if isinstance(value, BaseSchedule) or hasattr(value, "is_due"):
+        # SPEC §18: its ticks come from its own next_after(); one without it is refused
+        # by parse_schedule, naming the method to add.
+        return {**entry, "schedule": CustomObject(value)}
     return entry
 
 

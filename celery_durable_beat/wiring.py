@@ -148,9 +148,11 @@ def make_beat_loop(app: Any, settings: Settings, clock: Clock, sender: object = 
     """
     from kombu.exceptions import OperationalError as KombuOperationalError
 
-    from celery_durable_beat.celery_config import definitions_from_app
+    from celery_durable_beat.celery_config import definitions_from_app, register_custom_schedules
 
     definitions = definitions_from_app(app, settings) if settings.sync_config else None
+    if definitions is None:
+        register_custom_schedules(app)  # SPEC §18: their ticks come from the config's objects
     _refuse_unwritable_store(settings)
     store = make_store(settings)
     try:

@@ -34,7 +34,12 @@ from celery_durable_beat.backends import (
     make_store,
     make_worker_registry,
 )
-from celery_durable_beat.celery_config import app_defaults, load_app_modules, translate_entry
+from celery_durable_beat.celery_config import (
+    app_defaults,
+    load_app_modules,
+    register_custom_schedules,
+    translate_entry,
+)
 from celery_durable_beat.clock import datetime_to_ms
 from celery_durable_beat.control.actors import check_actor, check_reason, local_actor
 from celery_durable_beat.control.backfill import plan_backfill, publish_backfill
@@ -70,6 +75,8 @@ from celery_durable_beat.control.views import (
     schedule_view,
 )
 from celery_durable_beat.exceptions import (
+    ConfigError,
+    ConfigProblem,
     InvalidArgument,
     ScheduleNotFound,
 )
@@ -83,6 +90,7 @@ from celery_durable_beat.model import (
 )
 from celery_durable_beat.policy import due_ms, first_tick, first_tick_ms
 from celery_durable_beat.publish.base import Publisher
+from celery_durable_beat.schedules.custom import CustomSpec
 from celery_durable_beat.schedules.validate import validate_entry
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.base import (
@@ -126,6 +134,13 @@ PAGE_LIMIT = (1, 1000)
 """Allowed ``page`` sizes."""
 COUNT_LIMIT = (1, 100)
 """Allowed ``next_ticks`` / ``get`` look-ahead counts."""
+
+
+CUSTOM_NOT_BY_API = (
+    "a custom schedule class is declared in beat_schedule (its ticks come from its code, "
+    "which only the app's config holds); the API, the CLI and importers cannot carry it: add "
+    "the entry to beat_schedule, or give a cron string, an RRULE or '@solar ...'"
+)
 
 
 class LeaseHolder(Protocol):
@@ -204,6 +219,9 @@ class DurableBeat:
         store = self._raw_store()
         if not self._schema_checked:
             store.ensure_schema()
+            # The ticks of a custom schedule class come from the object in the app's config
+            # (SPEC §18): the reads that compute them (next, show, the console) need it known.
+            register_custom_schedules(self.app)
             self._schema_checked = True
         return store
 
@@ -417,6 +435,8 @@ class DurableBeat:
         why = check_reason(reason)
         defaults = app_defaults(self.app, self.settings)
         valid = validate_entry(name, translate_entry(name, definition), defaults)
+        if isinstance(valid.spec, CustomSpec):
+            raise ConfigError([ConfigProblem(name, "schedule", CUSTOM_NOT_BY_API)])
         store = self.store
         existing = store.get(name)
         if existing is not None and existing.source is Source.CONFIG:

@@ -30,7 +30,11 @@ from croniter import croniter
 
 from celery_durable_beat.exceptions import OccurrenceSearchError
 from celery_durable_beat.schedules import bounds
+from celery_durable_beat.schedules.custom import CustomSpec
+from celery_durable_beat.schedules.errors import SpecError
 from celery_durable_beat.schedules.render import tick_isoformat
+from celery_durable_beat.schedules.rrule import RRuleSpec, parse_rrule
+from celery_durable_beat.schedules.solar import SolarSpec, solar_spec
 from celery_durable_beat.schedules.spec import AtSpec, CronSpec, IntervalSpec, ScheduleSpec
 from celery_durable_beat.schedules.validate import zone_problem
 from celery_durable_beat.schedules.values import value_problem
@@ -74,18 +78,41 @@ class FieldProblem:
 def spec_problem(spec: ScheduleSpec) -> str | None:
     """Why a stored schedule spec cannot be planned, or None when it can be."""
     if isinstance(spec, IntervalSpec):
-        every = spec.every_ms
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            return f"the interval {every!r} ms is not a positive whole number"
-        if every > MAX_SECONDS * 1000:
-            return f"the interval of {every} ms is over 100 years"
-        return None
+        return _interval_problem(spec)
     if isinstance(spec, AtSpec):
         at = spec.at_ms
         if isinstance(at, bool) or not isinstance(at, int) or not FIRST_MS <= at < END_MS:
             return f"the @at instant {at!r} ms is not in years 1900-9999"
         return None
-    return _cron_problem(spec)
+    if isinstance(spec, CronSpec):
+        return _cron_problem(spec)
+    return _kind_problem(spec)
+
+
+def _interval_problem(spec: IntervalSpec) -> str | None:
+    every = spec.every_ms
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        return f"the interval {every!r} ms is not a positive whole number"
+    if every > MAX_SECONDS * 1000:
+        return f"the interval of {every} ms is over 100 years"
+    return None
+
+
+def _kind_problem(spec: SolarSpec | RRuleSpec | CustomSpec) -> str | None:
+    """A stored solar event or rule read back as validation reads it (a row written by hand
+    or by another version); a custom class is the config's object, judged when asked."""
+    try:
+        if isinstance(spec, SolarSpec):
+            solar_spec(spec.event, spec.lat, spec.lon, spec.tz)
+        elif isinstance(spec, RRuleSpec):
+            parse_rrule(spec.rule, spec.tz)
+        elif not (isinstance(spec.path, str) and isinstance(spec.shown, str)):
+            return "the stored custom schedule does not name its class and repr() as text"
+    except SpecError as exc:
+        return str(exc)
+    except (TypeError, ValueError, AttributeError):  # a field of the wrong type, by hand
+        return "the stored schedule's fields are not of the types its kind has"
+    return None
 
 
 def _cron_problem(spec: CronSpec) -> str | None:

@@ -25,7 +25,7 @@ from celery_durable_beat.model import (
     ScheduleState,
 )
 from celery_durable_beat.schedules.bounds import name_problem
-from celery_durable_beat.schedules.spec import AtSpec, IntervalSpec
+from celery_durable_beat.schedules.spec import spec_to_json
 from celery_durable_beat.store.base import ScheduleRecord, StoredAction, StoredEvent
 
 _CURSOR_PREFIX = "h1."
@@ -435,10 +435,9 @@ def schedule_view(record: ScheduleRecord) -> ScheduleView:
 
 
 def _kind(d: Definition) -> str:
-    """The kind of schedule, as the stored JSON names it."""
-    if isinstance(d.spec, AtSpec):
-        return "at"
-    return "interval" if isinstance(d.spec, IntervalSpec) else "cron"
+    """The kind of schedule, as the stored JSON names it: ``cron``, ``interval``, ``at``,
+    ``solar``, ``rrule`` or ``custom``."""
+    return str(spec_to_json(d.spec)["kind"])
 
 
 def _spec_text(d: Definition) -> str:

@@ -25,6 +25,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from celery.schedules import crontab
@@ -75,7 +76,7 @@ class ImportLine:
         return {"name": self.name, "status": self.status, "reason": self.reason}
 
     def text(self) -> str:
-        """``nightly: created``; ``report: refused: solar schedules have no counterpart (...)``."""
+        """``nightly: created``; ``report: refused: one-shot task already ran: ...``."""
         tail = self.status if self.reason is None else f"{self.status}: {self.reason}"
         return f"{self.name}: {tail}"
 
@@ -180,9 +181,9 @@ def periodic_task_entry(
 ) -> PeerEntry:
     """A ``PeriodicTask`` row (django-celery-beat's columns) and its decoded schedule.
 
-    ``schedule`` is seconds (interval), a ``crontab`` (with ``tz``, its zone), a
-    :class:`Clocked` instant, or a :class:`PeerEntry` refusal for a kind without a counterpart.
-    Raises Unreadable.
+    ``schedule`` is seconds (interval), a ``crontab`` (with ``tz``, its zone), an ``@solar``
+    string (:func:`solar_schedule`), a :class:`Clocked` instant, or a :class:`PeerEntry` refusal
+    for a kind without a counterpart. Raises Unreadable.
     """
     name = str(task["name"])
     if isinstance(schedule, PeerEntry):
@@ -305,6 +306,41 @@ def crontab_schedule(row: Mapping[str, Any]) -> crontab:
         )
     except (ValueError, TypeError, KeyError) as exc:
         raise Unreadable(f"crontab fields are not valid ({exc})") from None
+
+
+def solar_schedule(row: Mapping[str, Any]) -> str:
+    """A ``SolarSchedule`` row as ``"@solar <event> <lat> <lon>"`` (SPEC §18).
+
+    The coordinates are ``Decimal(9, 6)`` columns: written as their exact decimal text without
+    the padding zeros (``Decimal("59.437000")`` is ``59.437``), never through a float, so what
+    the peer stored is what the entry says. The event is passed on as stored: one the schedule
+    parser does not know is refused by it, naming the event, like any entry. Raises Unreadable.
+    """
+    event = row.get("event")
+    event = getattr(event, "value", event)  # a reflected enum may come back as its member
+    if not isinstance(event, str) or not event.strip():
+        raise Unreadable(f"its solar schedule has no event ({event!r})")
+    lat, lon = (_coordinate(row, column) for column in ("latitude", "longitude"))
+    return f"@solar {event.strip()} {lat} {lon}"
+
+
+def _coordinate(row: Mapping[str, Any], column: str) -> str:
+    """A stored coordinate as the shortest decimal text that is exactly it (``59``, ``-0.5``).
+
+    A float (a driver that hands back REAL) goes through its ``repr``: the shortest text that
+    reads back as that float, which for a ``(9, 6)`` value is the decimal that was stored."""
+    raw = row.get(column)
+    number: Decimal | None = None
+    if isinstance(raw, (Decimal, float, int, str)) and not isinstance(raw, bool):
+        try:
+            number = Decimal(repr(raw) if isinstance(raw, float) else str(raw).strip())
+        except InvalidOperation:
+            number = None
+    if number is None or not number.is_finite():
+        raise Unreadable(f"its solar schedule's {column} is not a number ({raw!r})")
+    if number.is_zero():
+        return "0"  # not "-0", nor "0E-6"
+    return format(number.normalize(), "f")
 
 
 def aware(value: Any) -> datetime | None:

@@ -1,11 +1,15 @@
 """django-celery-beat: its tables, read by SQL from the Django database (Django not needed).
 
 ``django_celery_beat_periodictask`` points at one of four schedule tables through nullable
-foreign keys (``interval_id``, ``crontab_id``, ``solar_id``, ``clocked_id``). Interval and
-crontab schedules are carried, with ``start_time`` / ``expires`` as ``start_at`` / ``end_at``;
-a clocked one becomes ``@at`` its ``clocked_time``, a ``one_off`` interval or crontab task
-``@at`` its next occurrence (``base.periodic_task_entry``); solar ones are refused. A crontab's
-``timezone`` column becomes the entry's ``tz``.
+foreign keys (``interval_id``, ``crontab_id``, ``solar_id``, ``clocked_id``). Interval, crontab
+and solar schedules are carried, with ``start_time`` / ``expires`` as ``start_at`` /
+``end_at``; a solar one becomes ``"@solar <event> <lat> <lon>"`` (SPEC §18); a clocked one
+``@at`` its ``clocked_time``, a ``one_off`` repeating task ``@at`` its next occurrence
+(``base.periodic_task_entry``). A crontab's ``timezone`` column becomes the entry's ``tz``; a
+solar event is an instant, the same in every zone, so it takes none.
+
+The four schedule tables and the tasks are read in one connection (``sql.connect``), so the
+rows the tasks point at are the rows of the same moment.
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ from celery_durable_beat.importers.base import (
     crontab_schedule,
     interval_seconds,
     periodic_task_entry,
+    solar_schedule,
 )
-from celery_durable_beat.importers.sql import read_task_tables
+from celery_durable_beat.importers.sql import connect, find_tables
 
 KIND = "django-celery-beat"
 PREFIX = "django_celery_beat_"
@@ -30,17 +35,19 @@ TASKS = PREFIX + "periodictask"
 INTERVALS = PREFIX + "intervalschedule"
 CRONTABS = PREFIX + "crontabschedule"
 CLOCKED = PREFIX + "clockedschedule"
+SOLAR = PREFIX + "solarschedule"
+SCHEDULES = {"interval": INTERVALS, "crontab": CRONTABS, "solar": SOLAR, "clocked": CLOCKED}
+"""Each schedule table by the task column that points at it, less ``_id``."""
 
 
 def read_entries(url: str, now: datetime) -> list[PeerEntry]:
-    """Every periodic task, in name order, as an entry or a refusal."""
-    tasks, intervals, crontabs, clocked = read_task_tables(
-        url, KIND, TASKS, INTERVALS, CRONTABS, CLOCKED
-    )
-    return [
-        _entry(task, {"interval": intervals, "crontab": crontabs, "clocked": clocked}, now)
-        for task in tasks
-    ]
+    """Every periodic task, in name order, as an entry or a refusal (a schedule table the
+    peer's version lacks holds no rows: reflection reads whatever version wrote the tables)."""
+    with connect(url, KIND) as conn:
+        tables = find_tables(conn, KIND, url, TASKS, (TASKS, *SCHEDULES.values()))
+        rows = {kind: tables.by_id(conn, table) for kind, table in SCHEDULES.items()}
+        tasks = sorted(tables.rows(conn, TASKS), key=lambda row: str(row["name"]))
+    return [_entry(task, rows, now) for task in tasks]
 
 
 Tables = Mapping[str, Mapping[Any, Mapping[str, Any]]]
@@ -56,7 +63,6 @@ def _entry(task: Mapping[str, Any], tables: Tables, now: datetime) -> PeerEntry:
 
 
 def _schedule(task: Mapping[str, Any], tables: Tables) -> tuple[Any, str | None]:
-    name = str(task["name"])
     if task.get("interval_id") is not None:
         row = _row(tables["interval"], task["interval_id"], "interval")
         return interval_seconds(row["every"], row["period"]), None
@@ -64,8 +70,7 @@ def _schedule(task: Mapping[str, Any], tables: Tables) -> tuple[Any, str | None]
         row = _row(tables["crontab"], task["crontab_id"], "crontab")
         return crontab_schedule(row), (str(row["timezone"]) if row.get("timezone") else None)
     if task.get("solar_id") is not None:
-        reason = "solar schedules have no counterpart (use a cron expression with a tz)"
-        return PeerEntry.refuse(name, reason), None
+        return solar_schedule(_row(tables["solar"], task["solar_id"], "solar")), None
     if task.get("clocked_id") is not None:
         return clocked_at(_row(tables["clocked"], task["clocked_id"], "clocked")), None
     raise Unreadable("no schedule: interval, crontab, solar and clocked are all empty")

@@ -12,7 +12,10 @@ options, and the Celery schedule stock beat would have had for the same definiti
   timezone); a field Celery's crontab does not parse (``L``, ``5#2``, ``7`` for Sunday, ``?``)
   or seconds other than ``0`` has no equivalent;
 - an interval: ``schedule(timedelta)`` of its period, in the app's zone as stock beat's;
-- anything else (an ``@at`` one-off, a kind Celery has no class for): ``NoCeleryEquivalent``,
+- a solar event: Celery's ``solar`` of the same event and place; a custom class (SPEC §18): the
+  config's own object;
+- anything else (an ``@at`` one-off, a recurrence rule: kinds Celery has no class for):
+  ``NoCeleryEquivalent``,
   a ``BaseSchedule`` that says what the schedule is and is neither a crontab nor an interval,
   so Sentry, as for such a schedule under stock beat, logs that it does not support it and
   sends no check-in.
@@ -29,9 +32,11 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from celery import beat
-from celery.schedules import BaseSchedule, crontab, schedule
+from celery.schedules import BaseSchedule, crontab, schedule, solar
 
 from celery_durable_beat.message import TickMessage
+from celery_durable_beat.schedules.custom import CustomSpec, loaded_custom
+from celery_durable_beat.schedules.solar import SolarSpec
 from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec, ScheduleSpec
 
 
@@ -80,6 +85,12 @@ def celery_schedule(spec: ScheduleSpec | None, app: Any) -> BaseSchedule:
             else:
                 entry_schedule.tz = ZoneInfo(spec.tz)  # a cached property: this entry's zone
                 return entry_schedule
+    if isinstance(spec, SolarSpec):
+        return solar(spec.event, spec.lat, spec.lon, app=app)
+    if isinstance(spec, CustomSpec):
+        found = loaded_custom(spec)  # the config's own object, as stock beat would hold it
+        if isinstance(found, BaseSchedule):
+            return found
     return NoCeleryEquivalent(spec.text() if spec is not None else "unknown", app)
 
 

@@ -53,7 +53,9 @@ class ScheduleOut(BaseModel):
     state_reason: Literal["operator", "disabled", "failures"] | None
     buffered_tick: str | None
     kind: str = Field(
-        description="cron, interval or at (one tick at an instant); invalid when unreadable"
+        description="cron, interval, at (one tick at an instant), solar, rrule (an RFC 5545 "
+        "recurrence rule) or custom (a schedule class in the app's config); invalid when "
+        "unreadable"
     )
     exclude: list[str | ExcludeRange] | None = Field(
         description="Dates without occurrences, in the schedule's zone (an interval's: the "

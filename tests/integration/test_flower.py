@@ -91,7 +91,9 @@ def test_a_tick_shows_in_flower_under_its_id_searchable_and_redacted(
         assert task_id in searched
         assert all(key.startswith("partner-sync@") for key in searched), sorted(searched)
         wait_until(
-            lambda: any(k.startswith("other-probe@") for k in flower.get("/api/tasks", limit="100")),
+            lambda: any(
+                k.startswith("other-probe@") for k in flower.get("/api/tasks", limit="100")
+            ),
             30,
             "an other-probe tick beside partner-sync's in Flower's unfiltered /api/tasks",
             0.5,

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 KIND = "django-celery-beat"
 AFTER = datetime(2026, 6, 1, 12, 7, tzinfo=timezone.utc)  # far from any DST change
 EXPECTED = {
-    "at-sunrise": "refused: solar schedules have no counterpart (use a cron expression with a tz)",
+    "at-sunrise": "created",
     "bad-args": "refused: unreadable: args is not JSON",
     "clocked-once": "created",
     "clocked-past": "created",
@@ -108,6 +108,8 @@ def test_every_field_is_mapped_and_every_refusal_says_why(
     assert beat.get("starts-later").start_at == "2099-01-01T00:00:00+00:00"
     assert beat.get("starts-later").next_tick == "2099-01-01T00:00:00+00:00"
     assert beat.get("ends-later").end_at == "2099-01-01T00:00:00+00:00"
+    sunrise = beat.get("at-sunrise")  # SolarSchedule(sunrise, 52.52, 13.40): SPEC §18's kind
+    assert (sunrise.kind, sunrise.schedule) == ("solar", "@solar sunrise 52.52 13.4")
 
     # nothing replayed: every first tick is after the import
     now_ms = beat.store.now_ms()
@@ -227,7 +229,7 @@ def test_the_cli_imports_and_fails_in_one_line(tmp_path: Path, sqlite_url: str) 
     second = cli("--from", KIND, source, "--json")
     entries = {e["name"]: e for e in json.loads(second.stdout)["entries"]}
     assert {e["status"] for e in entries.values()} == {"unchanged", "refused"}
-    assert entries["at-sunrise"]["reason"].startswith("solar schedules have no counterpart")
+    assert (entries["at-sunrise"]["status"], entries["at-sunrise"]["reason"]) == ("unchanged", None)
 
     down = cli("--from", KIND, "postgresql+psycopg://nobody:s3cret@127.0.0.1:1/none")
     assert down.returncode == 7

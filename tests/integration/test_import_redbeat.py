@@ -7,6 +7,7 @@ that zone.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import datetime, timezone
 
@@ -25,7 +26,7 @@ KIND = "redbeat"
 AFTER = datetime(2026, 6, 1, 12, 7, tzinfo=timezone.utc)
 EXPECTED = {
     "broken": "refused: unreadable: definition is not JSON",
-    "daily-rrule": "refused: rrule schedules have no counterpart",
+    "daily-rrule": "created",
     "disabled-minutely": "created",
     "every-45s": "created",
     "evicted": "refused: unreadable: listed in redbeat::schedule but its hash",
@@ -51,7 +52,7 @@ def test_import_maps_refuses_and_is_idempotent(
     client.zadd("redbeat::schedule", {"redbeat:evicted": 0})
     client.close()
 
-    assert import_schedules(beat, KIND, redis_url, dry_run=True).totals()["created"] == 4
+    assert import_schedules(beat, KIND, redis_url, dry_run=True).totals()["created"] == 5
     assert beat.list() == []
     report = import_schedules(beat, KIND, redis_url)
     lines = dict(line.split(": ", 1) for line in report.text()[:-1])
@@ -71,6 +72,13 @@ def test_import_maps_refuses_and_is_idempotent(
         "headers": {"tenant": "acme"},
     }
     assert beat.get("disabled-minutely").state == "paused"
+    # rrule("DAILY", count=3): its dtstart is RedBeat's "now" when it was made (in UTC: the
+    # rrule names no app), kept as an instant and a UTC offset; the RFC 5545 rule starts there
+    # (every rrule part: tests/integration/test_import_solar_rrule.py)
+    daily = beat.get("daily-rrule")
+    assert daily.kind == "rrule"
+    assert re.fullmatch(r"DTSTART;TZID=UTC:\d{8}T\d{6}\nRRULE:FREQ=DAILY;COUNT=3", daily.schedule)
+    assert len(beat.next_ticks("daily-rrule", 5)) == 2  # the first of the three is past
 
     quarter = beat.get("quarter-hour-berlin")
     assert (quarter.tz, quarter.schedule) == ("Europe/Berlin", "*/15 9-17 * * *")
@@ -82,7 +90,7 @@ def test_import_maps_refuses_and_is_idempotent(
 
     before = store_rows(sqlite_url)
     again = import_schedules(beat, KIND, redis_url)
-    assert again.totals() == {"created": 0, "updated": 0, "unchanged": 4, "refused": 3}
+    assert again.totals() == {"created": 0, "updated": 0, "unchanged": 5, "refused": 2}
     assert store_rows(sqlite_url) == before
 
 

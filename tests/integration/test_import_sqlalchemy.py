@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 KIND = "sqlalchemy-celery-beat"
 AFTER = datetime(2026, 6, 1, 12, 7, tzinfo=timezone.utc)
 EXPECTED = {
-    "at-sunrise": "refused: solar schedules have no counterpart",
+    "at-sunrise": "created",
     "clocked-once": "created",
     "disabled-hourly": "created",
     "every-90s": "created",
@@ -56,7 +56,7 @@ def test_import_maps_refuses_and_is_idempotent(
     source: str, beat: DurableBeat, sqlite_url: str
 ) -> None:
     dry = import_schedules(beat, KIND, source, dry_run=True)
-    assert dry.totals()["created"] == 6
+    assert dry.totals()["created"] == 7
     assert beat.list() == []
 
     report = import_schedules(beat, KIND, source)
@@ -81,6 +81,8 @@ def test_import_maps_refuses_and_is_idempotent(
     }
     assert every.definition.description == "Every ninety seconds"
     assert beat.get("disabled-hourly").state == "paused"
+    sunrise = beat.get("at-sunrise")  # SolarSchedule(sunrise, 52.52, 13.40): SPEC §18's kind
+    assert (sunrise.kind, sunrise.schedule) == ("solar", "@solar sunrise 52.52 13.4")
 
     ktm = beat.get("quarter-hour-ktm")
     assert (ktm.tz, ktm.schedule) == ("Asia/Kathmandu", "*/15 9-17 * * *")
@@ -102,5 +104,5 @@ def test_import_maps_refuses_and_is_idempotent(
 
     before = store_rows(sqlite_url)
     again = import_schedules(beat, KIND, source)
-    assert again.totals() == {"created": 0, "updated": 0, "unchanged": 6, "refused": 2}
+    assert again.totals() == {"created": 0, "updated": 0, "unchanged": 7, "refused": 1}
     assert store_rows(sqlite_url) == before

@@ -17,6 +17,7 @@ from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.model import MissedPolicy, Reason
 from celery_durable_beat.policy import plan_schedule
 from celery_durable_beat.schedules.occurrences import next_tick
+from celery_durable_beat.schedules.solar import SolarSpec
 from celery_durable_beat.schedules.spec import CronSpec, IntervalSpec
 from celery_durable_beat.settings import Settings
 
@@ -56,25 +57,30 @@ def test_celery_schedule_is_an_epoch_aligned_interval() -> None:
     assert d.tz == "UTC"
 
 
-def test_solar_and_custom_classes_are_refused_with_every_other_problem() -> None:
+def test_solar_is_read_and_a_class_without_next_after_is_refused_beside_other_problems() -> None:
+    """SPEC §18: Celery's ``solar`` is a schedule kind; a custom class (here a ``schedule``
+    subclass with its own ``is_due``) needs ``next_after``, and its refusal is one problem among
+    all the others, not the first one only."""
+
     class EveryFullMoon(schedule):  # a custom schedule class of the user's
         def is_due(self, last_run_at: datetime) -> tuple[bool, float]:
             return False, 60.0
 
+    sun = {"sun": {"task": "t", "schedule": solar("sunset", 59.437, 24.745)}}
+    (read,) = _definitions(sun)
+    assert read.spec == SolarSpec("sunset", 59.437, 24.745, "Europe/Berlin")
     with pytest.raises(ConfigError) as caught:
         _definitions(
             {
-                # built without __init__, which needs the optional ephem package
-                "sun": {"task": "t", "schedule": solar.__new__(solar)},
+                **sun,
                 "moon": {"task": "t", "schedule": EveryFullMoon(timedelta(days=29))},
                 "typo": {"task": "t", "schedule": "@every 5s", "missd": "skip"},
             }
         )
     text = str(caught.value)
-    assert 'schedule "sun": solar schedules are not supported' in text
-    assert 'schedule "moon": EveryFullMoon is a custom schedule class' in text
+    assert "EveryFullMoon is a custom schedule class without a next_after() method" in text
     assert 'schedule "typo": unknown key "missd"' in text
-    assert len(caught.value.problems) == 3
+    assert len(caught.value.problems) == 2
 
 
 def test_relative_is_refused_on_schedule_as_on_the_entry_key() -> None:
