@@ -197,7 +197,14 @@ class Leadership:
         return min(wait, status.remaining_ms / 1000 + EXPIRY_MARGIN_S)
 
     def close(self) -> None:
-        """Release the lease (only if this beat holds it), so a standby need not wait the TTL."""
+        """Release the lease (only if this beat holds it), so a standby need not wait the TTL.
+
+        A beat that never led asks nothing of the lease: it has nothing to release, and the
+        backend may not even have the lease's columns yet (a beat refusing an outdated schema
+        must say so, not fail on the release's query)."""
+        if not self.was_leader:
+            self.lease.close()
+            return
         try:
             self.lease.release()
         except LeaseError as exc:

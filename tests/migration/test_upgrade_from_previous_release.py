@@ -43,6 +43,7 @@ from celery_durable_beat.exceptions import SchemaOutdated
 from celery_durable_beat.ids import tick_task_id
 from celery_durable_beat.lease.sql import StoreLease
 from celery_durable_beat.publish.capturing import CapturingPublisher
+from celery_durable_beat.scheduler import EXIT_INVALID_CONFIG
 from celery_durable_beat.settings import Settings
 from celery_durable_beat.store.sql import SqlStore
 from celery_durable_beat.store.tables import VERSION_TABLE, metadata
@@ -260,6 +261,30 @@ def upgraded(made: Made) -> Made:
     assert str(refused.value).endswith("run: celery -A proj durable-beat migrate")
     assert _migrate_with_the_cli(made) == {"revision": "0006"}
     return made
+
+
+def test_a_new_beat_refuses_a_previous_release_store_in_one_line_until_migrate(
+    made: Made, tmp_path: Path
+) -> None:
+    """The real ``celery beat`` process: exit 2 and the one line that says what to run, no
+    traceback (on PostgreSQL with the store's lease, closing once queried the lease's new
+    column, and its error buried the refusal)."""
+    beat = ["beat", "-S", "celery_durable_beat.Scheduler", "--pidfile="]
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "proj", *beat, "-s", str(tmp_path / "unused")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_TIMEOUT_S,
+        cwd=made.project,
+        env=_clean_env(PYTHONPATH=str(made.project)),
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == EXIT_INVALID_CONFIG, output[-3000:]
+    assert (
+        "beat refuses to start" in output and "run: celery -A proj durable-beat migrate" in output
+    )
+    assert "Traceback" not in output, output[-3000:]
 
 
 def test_migrate_keeps_every_row_of_a_previous_release_store(upgraded: Made) -> None:

@@ -325,9 +325,22 @@ def test_close_releases_says_so_and_closes_the_lease(
 def test_close_survives_a_failing_release(
     leadership: Leadership, lease: ScriptedLease, actions: Any
 ) -> None:
+    lease.answers = [leads()]
+    leadership.acquire()
+    actions()
     lease.release_error = LeaseError("gone")
     leadership.close()
     assert lease.closed and actions() == [Action.LEASE_RELEASE_FAILED.value]
+
+
+def test_close_of_a_beat_that_never_led_asks_nothing_of_the_lease(
+    leadership: Leadership, lease: ScriptedLease, actions: Any
+) -> None:
+    """Nothing to release; a beat refusing an outdated schema must not query the lease's
+    columns, which the old schema lacks."""
+    lease.release_error = RuntimeError("the release must not be called")
+    leadership.close()
+    assert lease.released == 0 and lease.closed and actions() == []
 
 
 # -- BeatLoop ---------------------------------------------------------------------------------
