@@ -74,7 +74,7 @@ class AppZone:
     name: str
     source: str
     """``timezone`` or ``CELERY_TIMEZONE`` (the setting as written), ``Django TIME_ZONE``,
-    ``host zone (enable_utc = False)`` or ``UTC (default)``."""
+    ``host zone (enable_utc = False)`` or ``default`` (UTC: ``zone: UTC (default)``)."""
     setting: str | None = None
     """The setting that holds the zone, as written (``TIME_ZONE``); None for the host's zone
     and the default, which no setting names."""
@@ -85,7 +85,7 @@ class AppZone:
         return f"{self.name} ({self.source})"
 
 
-UTC_DEFAULT = AppZone("UTC", "UTC (default)")
+UTC_DEFAULT = AppZone("UTC", "default")
 """No zone set and ``enable_utc`` on (Celery's default): UTC."""
 
 

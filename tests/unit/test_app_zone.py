@@ -70,7 +70,7 @@ def _stock_name(app: Celery) -> str:
 @pytest.mark.parametrize(
     ("make", "name", "source"),
     [
-        (app_of, "UTC", "UTC (default)"),
+        (app_of, "UTC", "default"),
         (lambda: app_of(timezone="Europe/Berlin"), "Europe/Berlin", "timezone"),
         (lambda: app_of(timezone=ZoneInfo("Asia/Tokyo")), "Asia/Tokyo", "timezone"),
         (
@@ -108,7 +108,7 @@ def _stock_name(app: Celery) -> str:
         (  # an empty timezone wins over TIME_ZONE and falls back, exactly as in Celery
             lambda: app_of(django_settings(TIME_ZONE=NEW_YORK, CELERY_TIMEZONE=""), "CELERY"),
             "UTC",
-            "UTC (default)",
+            "default",
         ),
     ],
 )
