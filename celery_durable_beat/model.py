@@ -248,6 +248,9 @@ class Action(str, Enum):
     (``worker/shutdown.py``); debug when this Celery is not one the remedy was verified on."""
     UNKNOWN_TASK = "unknown_task"
     """A worker received a tick whose task it does not have; recorded ``unknown_task``."""
+    REQUEUED_FOR_CLAIM = "requeued_for_claim"
+    """A redelivered tick met a claim still held and gave its message back to the broker rather
+    than wait into its time limit (``worker/guard.py``): a later delivery runs it."""
     TIME_LIMIT = "time_limit"
     """A tick hit its hard time limit: the worker's main process recorded it ``failed``, even
     when the pool process was killed before the run claimed the tick."""

@@ -13,7 +13,13 @@ The decision for each delivery of a tick (``enter``):
   run. One exception: a *redelivered* message (the broker gave it back, e.g. ``acks_late`` after
   its worker died) facing a claim still running waits, polling, up to ``run_ttl``: if the claim
   expires (no heartbeat: the first run is dead) it runs; if the run finishes or keeps
-  heartbeating, it is refused;
+  heartbeating, it is refused. A redelivered message with a time limit (``time_limit_s``: the
+  shortest of its hard and soft limits) must not spend it waiting — the limit would fire on a
+  run that never started, and Celery acknowledge the message unrun — so it waits at most
+  ``LIMIT_SHARE`` of it and then gives its message back to the broker (``GiveBack``, which the
+  worker turns into a requeue); so does a copy whose wait is cut short by one of ``interrupts``
+  (the soft limit's exception) or that obtained the claim only after waiting: the delivery that
+  finds the claim free at once runs the tick, with its whole limit;
 - the claim backend does not answer → the task runs anyway (fail open) and its run state is
   ``unknown`` until its end is recorded; one warning per outage.
 
@@ -82,6 +88,19 @@ PRUNE_BATCH = 1000
 REDELIVERY_POLL_S = 0.5
 UNKNOWN_TASK_OWNER = "worker:unknown_task"
 """The owner of an ``unknown_task`` row: a later write of the same kind may replace it."""
+
+
+LIMIT_SHARE = 0.25
+"""The share of its shortest time limit a redelivered copy may wait for a held claim."""
+
+
+class GiveBack(Exception):
+    """This redelivered delivery met a claim still held and has a time limit to keep: its message
+    goes back to the broker (requeued), not run, not refused."""
+
+    def __init__(self, waited_s: float) -> None:
+        super().__init__(f"waited {waited_s:.1f}s")
+        self.waited_s = waited_s
 
 
 class Refused(Exception):
@@ -291,23 +310,48 @@ class GuardRuntime:
         self._next_prune = self.clock.monotonic() + jitter
 
     # -- a delivery starts ----------------------------------------------------------------------
-    def enter(self, key: RunKey, hostname: str, attempt: int, redelivered: bool) -> Held:
-        """Claim the tick for this delivery, or raise Refused (module docstring)."""
+    def enter(
+        self,
+        key: RunKey,
+        hostname: str,
+        attempt: int,
+        redelivered: bool,
+        *,
+        time_limit_s: float | None = None,
+        interrupts: tuple[type[BaseException], ...] = (),
+    ) -> Held:
+        """Claim the tick for this delivery, or raise Refused, or GiveBack (module docstring)."""
         owner = f"{hostname}:{self.pid}:{uuid.uuid4().hex[:12]}"
+        limited = redelivered and time_limit_s is not None and time_limit_s > 0
         wait_s = self.settings.run_ttl + 1 if redelivered else 0
-        deadline = self.clock.monotonic() + wait_s
+        if limited:
+            wait_s = min(wait_s, LIMIT_SHARE * (time_limit_s or 0))
+        started = self.clock.monotonic()
+        deadline = started + wait_s
+        waited = False
         while True:
             try:
                 found = self._claim(key, owner, attempt)
             except self._errors as exc:
                 return self._fail_open(key, owner, attempt, exc)
+            now = self.clock.monotonic()
             if found is None:
-                return self._hold(Held(key, owner, attempt, claimed=True))
-            if is_final(found) or self.clock.monotonic() >= deadline:
+                held = Held(key, owner, attempt, claimed=True)
+                if limited and waited:  # freed while it waited: part of its limit is spent
+                    self._give_back(held)
+                    raise GiveBack(now - started)
+                return self._hold(held)
+            if is_final(found) or (now >= deadline and not limited):
                 self.counters["duplicates_refused"] += 1
                 self._shared_count("duplicates_refused")
                 raise Refused(found)
-            self._sleep(REDELIVERY_POLL_S)
+            if now >= deadline:
+                raise GiveBack(now - started)
+            try:
+                self._sleep(min(REDELIVERY_POLL_S, deadline - now))
+            except interrupts:
+                raise GiveBack(self.clock.monotonic() - started) from None
+            waited = True
 
     def _claim(self, key: RunKey, owner: str, attempt: int) -> RunState | None:
         if self.claim_circuit.open():

@@ -63,7 +63,7 @@ from functools import partial
 from typing import Any, cast
 
 from celery import bootsteps, signals
-from celery.exceptions import Ignore, Reject, WorkerLostError
+from celery.exceptions import Ignore, Reject, SoftTimeLimitExceeded, WorkerLostError
 
 from celery_durable_beat.ids import is_tick_id
 from celery_durable_beat.logs import log_extra
@@ -71,7 +71,7 @@ from celery_durable_beat.model import Action, Trigger
 from celery_durable_beat.runs.base import RunKey, RunState, WriteIf
 from celery_durable_beat.runs.factory import make_runs, make_tracking
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.worker.guard import GuardRuntime, Held, Refused
+from celery_durable_beat.worker.guard import GiveBack, GuardRuntime, Held, Refused
 from celery_durable_beat.worker.loopwake import LoopWakeStep
 from celery_durable_beat.worker.origin import periodic_origin
 from celery_durable_beat.worker.presence import consumed_queues
@@ -95,6 +95,9 @@ class _Installation:
         self._runtimes: dict[int, GuardRuntime] = {}
         self._lock = threading.Lock()
         self._settings: Settings | None = None
+        self.worker_limits: tuple[float | None, float | None] = (None, None)
+        """The worker's own ``--time-limit`` and ``--soft-time-limit`` (``worker_init``; a
+        prefork child inherits them): the pool's limits for a task and message without one."""
 
     def settings(self) -> Settings:
         if self._settings is None:
@@ -282,7 +285,23 @@ def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
             hostname=str(request.get("hostname") or socket.gethostname()),
             attempt=int(request.get("retries") or 0),
             redelivered=bool(delivery.get("redelivered")),
+            time_limit_s=time_limit(task, request, installed.worker_limits),
+            interrupts=(SoftTimeLimitExceeded,),
         )
+    except GiveBack as gave_back:
+        log.info(
+            "redelivery of %s met its tick's claim still held and went back to the broker "
+            "after %.1fs rather than wait into its time limit",
+            task_id,
+            gave_back.waited_s,
+            extra=log_extra(
+                Action.REQUEUED_FOR_CLAIM,
+                task_id=task_id,
+                schedule=origin.schedule,
+                namespace=key.namespace,
+            ),
+        )
+        raise Reject(str(gave_back), requeue=True) from None
     except Refused as refused:
         log.info(
             "duplicate delivery of %s not executed: the tick is already %s",
@@ -299,6 +318,18 @@ def claim_request(task: Any, request: Mapping[str, Any]) -> bool:
         return False
     _ENTERED[_entered_key(task_id)] = held
     return True
+
+
+def time_limit(
+    task: Any, request: Mapping[str, Any], worker_limits: tuple[float | None, float | None]
+) -> float | None:
+    """The shortest time limit this delivery runs under, as Celery picks each (the message's
+    ``timelimit``, else the task's, else the worker's); None without one."""
+    sent = request.get("timelimit") or (None, None)
+    hard = sent[0] or getattr(task, "time_limit", None) or worker_limits[0]
+    soft = sent[1] or getattr(task, "soft_time_limit", None) or worker_limits[1]
+    limits = [float(x) for x in (hard, soft) if x]
+    return min(limits) if limits else None
 
 
 def forget_request(task: Any, request: Mapping[str, Any]) -> None:
@@ -382,7 +413,18 @@ def _on_postrun(
         if not getattr(request, _RETRIED, False):  # Retry raised without Task.retry
             runtime.retrying(held, float(task.default_retry_delay or 0))
         return
-    runtime.leave(held, _end_state(state, retval), acked=not getattr(task, "acks_late", False))
+    acks_late = bool(getattr(task, "acks_late", False))
+    if state is None and acks_late:
+        # Cut short by SystemExit / KeyboardInterrupt (Celery's tracer sets no state and
+        # re-raises): the process is going away, its message unacknowledged, and the broker
+        # redelivers it (a cold shutdown cancels a run so). The tick is given back at once, so
+        # the redelivery runs it instead of meeting ``failed``. Where a hard time limit killed
+        # the process, the main process recorded ``failed`` first, under its own owner, which
+        # this give-back leaves alone (``time_limits.py``).
+        runtime.leave(held, None)
+        runtime.flush()
+        return
+    runtime.leave(held, _end_state(state, retval), acked=not acks_late)
 
 
 def _on_revoked(
@@ -416,6 +458,8 @@ def _on_failure(
     is left alone: ``time_limits.py`` records the limit, once)."""
     if not isinstance(exception, WorkerLostError):
         return  # other failures end in the pool process, through task_postrun
+    if getattr(sender, "acks_late", False) and getattr(sender, "reject_on_worker_lost", False):
+        return  # Celery requeues the message: its redelivery runs the tick (guarantee 3)
     installed = _installation(getattr(sender, "app", None))
     if installed is None or not task_id or not is_tick_id(task_id):
         return
@@ -455,6 +499,10 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     if installed is None:
         return
     settings = installed.settings()  # a bad setting stops the worker here, not a task later
+    installed.worker_limits = (
+        getattr(sender, "time_limit", None),
+        getattr(sender, "soft_time_limit", None),
+    )
     make_tracking(settings.url, settings.namespace)
     moved = cover_tasks(installed.app)
     if moved:

@@ -26,7 +26,9 @@ would have recorded is never recorded at all. Only the main process knows, so it
   same state takes the main process's owner. So the tick ends ``failed``, reason
   ``worker:time_limit``, in every backend. Celery's ``task_failure`` for a hard limit (sent since
   celery/celery#10226, not by older releases) is left alone by ``hooks._on_failure``, and a cold
-  shutdown's kills are no time limit (Celery's ``state.should_terminate``): not recorded here.
+  shutdown's kills are no time limit (Celery's ``state.should_terminate``): not recorded here;
+  nor is the limit of an ``acks_late`` task with ``acks_on_timeout=False``, whose message Celery
+  requeues: its redelivery must find the tick given back, not ``failed``.
 
 Pools: prefork as above; gevent calls the same callback in-process (its ``Timeout``); threads,
 solo and eventlet enforce no hard time limit at all (Celery ignores ``time_limit`` there), so
@@ -74,8 +76,16 @@ class TimeLimitHook:
         try:
             type(request).on_timeout(request, soft, timeout)
         finally:
-            if not soft and not state.should_terminate:
+            if not soft and not state.should_terminate and not _requeued_on_timeout(request):
                 record(request, timeout, self._runtime())
+
+
+def _requeued_on_timeout(request: Any) -> bool:
+    """Celery gives the message of an ``acks_late`` task with ``acks_on_timeout=False`` back to
+    the broker: its redelivery runs the tick, which ``failed`` would make it refuse (the killed
+    pool process gives its claim back, ``hooks._on_postrun``)."""
+    task = getattr(request, "task", None)
+    return bool(getattr(task, "acks_late", False)) and not getattr(task, "acks_on_timeout", True)
 
 
 def hook(request: Any, runtime: Callable[[], GuardRuntime]) -> None:

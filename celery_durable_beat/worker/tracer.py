@@ -11,7 +11,10 @@ function that claims the tick first. A refused delivery never enters the tracer:
 the tracer returns for a task that raised ``Ignore`` (``declined``), so the worker's main process
 acknowledges the message and does nothing else — no signal, no result-backend write, no
 ``task-succeeded``/``task-failed`` event. (Celery's own ``worker_deduplicate_successful_tasks``
-declines a redelivery at this same point, before the tracer's first signal.)
+declines a redelivery at this same point, before the tracer's first signal.) A delivery the claim
+gives back (a redelivered copy that must not wait into its time limit) returns what the tracer
+returns for ``Reject(requeue=True)`` (``requeued``): the main process puts the message back in
+the broker, and records nothing either.
 
 Why not a custom ``Task.Request`` or consumer strategy, which run in the worker's main process:
 the claim must be taken when the run starts. Prefetched messages are handed to the pool at
@@ -29,11 +32,12 @@ from typing import Any
 
 from celery import states
 from celery.app.trace import ExceptionInfo, TraceInfo, trace_ok_t  # billiard's, untyped
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Reject
 
 Claim = Callable[[Any, Mapping[str, Any]], bool]
 """``claim(task, request)``: False when the delivery is a refused duplicate (logged and counted
-by the claim); True to trace it (the claim of a tick is kept aside for the task's request)."""
+by the claim); True to trace it (the claim of a tick is kept aside for the task's request); it
+raises ``Reject(requeue=True)`` to give the delivery back to the broker untraced."""
 Forget = Callable[[Any, Mapping[str, Any]], None]
 """``forget(task, request)``: once the delivery is traced, give back what ``claim`` kept aside
 for it if the task never took it over (the tracer returned before ``before_start``)."""
@@ -51,6 +55,16 @@ def declined() -> Any:
         return trace_ok_t(ExceptionInfo(internal=True), TraceInfo(states.IGNORED, exc), 0.0, None)
 
 
+def requeued(reject: Reject) -> Any:
+    """What Celery's tracer returns for a task that raised ``Reject(requeue=True)``: the main
+    process gives the message back to the broker (``Request.on_failure`` → ``reject``) and
+    records nothing."""
+    try:
+        raise reject
+    except Reject as exc:
+        return trace_ok_t(ExceptionInfo(internal=True), TraceInfo(states.REJECTED, exc), 0.0, None)
+
+
 def guarded_tracer(
     task: Any, tracer: Callable[..., Any], claim: Claim, forget: Forget
 ) -> Callable[..., Any]:
@@ -59,8 +73,11 @@ def guarded_tracer(
 
     def trace(uuid: str, args: Any, kwargs: Any, request: Mapping[str, Any] | None = None) -> Any:
         request = request or {}
-        if not claim(task, request):
-            return declined()
+        try:
+            if not claim(task, request):
+                return declined()
+        except Reject as reject:  # the claim gives the delivery back to the broker
+            return requeued(reject)
         try:
             return tracer(uuid, args, kwargs, request)
         finally:

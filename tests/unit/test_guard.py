@@ -19,7 +19,7 @@ from celery_durable_beat.model import Action, Trigger
 from celery_durable_beat.runs.base import RunKey, Runs, RunState, RunWrite
 from celery_durable_beat.runs.memory import MemoryRuns
 from celery_durable_beat.settings import Settings
-from celery_durable_beat.worker.guard import GuardRuntime, Refused
+from celery_durable_beat.worker.guard import LIMIT_SHARE, GiveBack, GuardRuntime, Refused
 from celery_durable_beat.worker.tracker import CIRCUIT_S
 
 from ._support import FakeClock
@@ -147,6 +147,71 @@ def test_a_redelivery_facing_a_live_run_is_refused_after_waiting(
     with pytest.raises(Refused):
         enter(make(runs, sleep=sleep_while_it_heartbeats), redelivered=True)
     assert clock.ms - T0 >= 4000  # run_ttl + 1 s
+
+
+def test_a_redelivery_with_a_time_limit_waits_a_share_of_it_then_gives_its_message_back(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    """run_ttl 3 s, limit 2 s: it waits 0.5 s, not 4 s, and leaves the live claim alone."""
+    runs = MemoryRuns(clock)
+    runs.claim(KEY, "dead-worker", 0, 3000)
+    with pytest.raises(GiveBack) as gave_back:
+        make(runs).enter(KEY, hostname="w", attempt=0, redelivered=True, time_limit_s=2)
+    assert clock.ms - T0 == round(2 * LIMIT_SHARE * 1000)
+    assert gave_back.value.waited_s == pytest.approx(2 * LIMIT_SHARE)
+    record = runs.get_run(KEY.task_id)
+    assert record is not None and (record.state, record.owner) == (RunState.STARTED, "dead-worker")
+
+
+def test_a_limited_redelivery_that_got_the_claim_after_waiting_gives_it_back(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    """Part of its limit is spent: the next delivery, which finds the claim free, runs it."""
+    runs = MemoryRuns(clock)
+    runs.claim(KEY, "dead-worker", 0, 300)  # expires while the copy waits
+    with pytest.raises(GiveBack):
+        make(runs).enter(KEY, hostname="w", attempt=0, redelivered=True, time_limit_s=4)
+    assert clock.ms - T0 < 1000
+    held = enter(make(runs), redelivered=True)  # the requeued copy: claims at once
+    assert held is not None and runs.state(KEY.task_id) is RunState.STARTED
+    assert clock.ms - T0 < 1000
+
+
+def test_a_limited_redelivery_finding_the_claim_free_runs_at_once(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    runs = MemoryRuns(clock)
+    held = make(runs).enter(KEY, hostname="w", attempt=0, redelivered=True, time_limit_s=2)
+    assert held.claimed and clock.ms == T0
+
+
+def test_an_interrupted_wait_gives_the_message_back(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    """The soft time limit's exception, raised while the copy sleeps, ends nothing else."""
+
+    class SoftLimit(Exception):
+        pass
+
+    def interrupted(seconds: float) -> None:
+        raise SoftLimit
+
+    runs = MemoryRuns(clock)
+    runs.claim(KEY, "dead-worker", 0, 3000)
+    runtime = make(runs, sleep=interrupted)
+    with pytest.raises(GiveBack):
+        runtime.enter(KEY, hostname="w", attempt=0, redelivered=True, interrupts=(SoftLimit,))
+
+
+def test_a_first_delivery_with_a_time_limit_is_refused_as_before(
+    clock: FakeClock, make: Callable[..., GuardRuntime]
+) -> None:
+    """Not redelivered: a duplicate of a live run, refused at once, never requeued."""
+    runs = MemoryRuns(clock)
+    runs.claim(KEY, "alive", 0, 3000)
+    with pytest.raises(Refused):
+        make(runs).enter(KEY, hostname="w", attempt=0, redelivered=False, time_limit_s=2)
+    assert clock.ms == T0
 
 
 def test_a_redelivery_of_a_finished_run_is_refused_at_once(
