@@ -481,18 +481,23 @@ def test_generated_rules_agree_with_plain_dateutil(
 def test_ticks_strictly_increase_and_never_repeat(
     rule: tuple[str, str], tz: str, query: int
 ) -> None:
-    """DTSTART decades back: only the engine runs here, which never walks from DTSTART."""
+    """DTSTART decades back: only the engine runs here, which never walks from DTSTART.
+
+    Each tick is asked from the one before, so strictly increasing ticks also prove that no
+    tick is its own successor. Twelve ticks, not more: a sub-daily rule whose day parts match
+    once in decades (``FREQ=MINUTELY;INTERVAL=11;BYMONTH=1;BYMONTHDAY=1;BYDAY=MO;...``) costs
+    dateutil's day-by-day walk up to a second a tick, and this property must stay well inside
+    pytest's timeout, whose exception Hypothesis would take for a failure and shrink for hours.
+    """
     text = f"DTSTART:19950101T013000\nRRULE:{rule[0]}"
     try:
         spec = spec_of(text, tz)
     except SpecError:
         assume(False)
         raise
-    found = ticks(spec, query, 30)
+    found = ticks(spec, query, 12)
     assert all(b > a for a, b in itertools.pairwise([query, *found]))
     assert all(t % 1000 == 0 for t in found)
-    for tick in found:
-        assert next_rrule_ms(spec, tick) != tick
 
 
 # --- Bounds --------------------------------------------------------------------------------------
