@@ -233,10 +233,10 @@ def _schema_diff(url: str) -> list[Any]:
         engine.dispose()
 
 
-def _migrate_with_the_cli(made: Made) -> dict[str, Any]:
-    """``celery -A proj durable-beat migrate --json``, the new code, a process of its own."""
-    done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "proj", "durable-beat", "migrate", "--json"],
+def _celery(made: Made, *argv: str) -> subprocess.CompletedProcess[str]:
+    """``celery -A proj …`` with the new code, a process of its own in the made project."""
+    return subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "proj", *argv],
         check=False,
         capture_output=True,
         text=True,
@@ -244,6 +244,11 @@ def _migrate_with_the_cli(made: Made) -> dict[str, Any]:
         cwd=made.project,
         env=_clean_env(PYTHONPATH=str(made.project)),
     )
+
+
+def _migrate_with_the_cli(made: Made) -> dict[str, Any]:
+    """``celery -A proj durable-beat migrate --json``."""
+    done = _celery(made, "durable-beat", "migrate", "--json")
     assert done.returncode == 0, done.stderr
     return dict(json.loads(done.stdout))
 
@@ -270,15 +275,7 @@ def test_a_new_beat_refuses_a_previous_release_store_in_one_line_until_migrate(
     traceback (on PostgreSQL with the store's lease, closing once queried the lease's new
     column, and its error buried the refusal)."""
     beat = ["beat", "-S", "celery_durable_beat.Scheduler", "--pidfile="]
-    done = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "proj", *beat, "-s", str(tmp_path / "unused")],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_TIMEOUT_S,
-        cwd=made.project,
-        env=_clean_env(PYTHONPATH=str(made.project)),
-    )
+    done = _celery(made, *beat, "-s", str(tmp_path / "unused"))
     output = done.stdout + done.stderr
     assert done.returncode == EXIT_INVALID_CONFIG, output[-3000:]
     assert (
